@@ -1,0 +1,145 @@
+"""Wire models of the openwop-memory protocol (PROTOCOL.md), shared by client and sidecar.
+
+Params models are strict (a string is never coerced to an integer) and reject unknown
+fields. Limits that depend on the sidecar's configuration (entry size) or on the clock
+(``expiresAt`` in the future) are checked by the sidecar, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+__all__ = [
+    "CONTROL_FREE",
+    "DeleteParams",
+    "EmptyParams",
+    "EntryInput",
+    "GetParams",
+    "IssueRefParams",
+    "ListParams",
+    "MemoryEntry",
+    "MemoryListOptions",
+    "PutParams",
+    "RunAddSecretsParams",
+    "RunBeginParams",
+    "RunBeginResult",
+    "RunEndParams",
+    "SecretSpec",
+]
+
+# No C0/C1 control characters and no DEL: these names end up in log lines and markers.
+CONTROL_FREE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+MAX_SECRETS = 256
+MAX_TAGS = 64
+MAX_TAG_CHARS = 256
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=CONTROL_FREE)]
+RunId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=CONTROL_FREE)]
+SecretId = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\]\x00-\x1f\x7f-\x9f]*$")
+]
+SecretValue = Annotated[str, StringConstraints(min_length=8, max_length=4096)]
+Tag = Annotated[str, StringConstraints(max_length=MAX_TAG_CHARS, pattern=CONTROL_FREE)]
+IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class EmptyParams(_Params):
+    """``host.capabilities``, ``sidecar.health``, ``sidecar.stats``: no params."""
+
+
+class SecretSpec(_Params):
+    """One BYOK secret of a run's keyring. The value is never logged or echoed."""
+
+    id: SecretId
+    value: SecretValue = Field(repr=False)
+
+
+class IssueRefParams(_Params):
+    tenant: Name
+    agent: Name
+    namespace: Name = "default"
+
+
+class RunBeginParams(_Params):
+    runId: RunId
+    tenant: Name
+    secrets: list[SecretSpec] = Field(default_factory=list, max_length=MAX_SECRETS)
+    replay: bool = False
+
+
+class RunAddSecretsParams(_Params):
+    runId: RunId
+    secrets: list[SecretSpec] = Field(max_length=MAX_SECRETS)
+
+
+class RunEndParams(_Params):
+    runId: RunId
+
+
+class MemoryListOptions(_Params):
+    """``memory-list-options.schema.json``: ``limit`` 0 or omitted means the host default."""
+
+    limit: int | None = Field(default=None, ge=0)
+    tag: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS)] | None = None
+
+
+class EntryInput(_Params):
+    """The entry a worker writes; ``id`` and ``createdAt`` are the host's to assign."""
+
+    content: str
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    expiresAt: str | None = None
+
+
+class ListParams(_Params):
+    runId: RunId
+    memoryRef: str
+    options: MemoryListOptions | None = None
+
+
+class GetParams(_Params):
+    runId: RunId
+    memoryRef: str
+    id: str
+
+
+class DeleteParams(GetParams):
+    pass
+
+
+class PutParams(_Params):
+    runId: RunId
+    memoryRef: str
+    entry: EntryInput
+    idempotencyKey: IdempotencyKey | None = None
+
+
+class MemoryEntry(BaseModel):
+    """``memory-entry.schema.json``: what ``list``, ``get`` and ``put`` return."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    content: str
+    tags: list[str]
+    createdAt: str
+    expiresAt: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class RunBeginResult(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    runId: str
+    tenant: str
+    snapshotAt: str
+    resumed: bool

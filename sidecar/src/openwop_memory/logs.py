@@ -1,0 +1,56 @@
+"""structlog set-up: JSON lines (or console lines) to stderr, content-free by contract.
+
+Callers log ids, counts, codes and durations only. :func:`drop_sensitive_keys` is a last
+line of defence in the processor chain: it blanks any key that names content or a secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, Literal
+
+import orjson
+import structlog
+
+SENSITIVE_KEYS = frozenset(
+    {"content", "tags", "entry", "secret", "secrets", "value", "params", "request", "response"}
+)
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def drop_sensitive_keys(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Replace the value of any key that could carry content or a secret."""
+    for key in SENSITIVE_KEYS.intersection(event):
+        event[key] = "[omitted]"
+    return event
+
+
+def configure_logging(fmt: Literal["json", "console"], level: str) -> None:
+    """Route structlog to stderr in ``fmt``, dropping events below ``level``."""
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        drop_sensitive_keys,
+    ]
+    if fmt == "json":
+        processors.append(structlog.processors.JSONRenderer(serializer=orjson.dumps))
+        factory: Any = structlog.BytesLoggerFactory(sys.stderr.buffer)
+    else:
+        processors.append(structlog.dev.ConsoleRenderer(colors=False))
+        factory = structlog.PrintLoggerFactory(sys.stderr)
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=factory,
+        cache_logger_on_first_use=True,
+    )

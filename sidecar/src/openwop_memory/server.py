@@ -1,0 +1,221 @@
+"""Process lifecycle: ``Server.serve`` → startup → accept loop → graceful shutdown.
+
+Startup refuses a socket path where a live sidecar answers and replaces a stale socket
+file. The first SIGTERM or SIGINT stops accepting, lets requests already read finish
+within ``drain_timeout``, flushes and checkpoints the database, removes the socket and
+returns normally (exit 0); a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import stat
+from collections.abc import Iterator
+
+import anyio
+import anyio.abc
+import structlog
+
+from . import __version__
+from .config import Settings
+from .service.memory import MemoryService, ServiceConfig
+from .service.refs import RefCodec
+from .service.sweeper import Sweeper
+from .storage.base import Storage, StorageStartupError
+from .storage.sqlite import SqliteStorage
+from .wire.dispatch import Dispatcher
+from .wire.framing import Connection
+
+log = structlog.get_logger("openwop_memory.server")
+
+
+class StartupError(Exception):
+    """The sidecar cannot start; the message says why (and touches nothing it should not)."""
+
+
+def make_storage(settings: Settings) -> Storage:
+    """The storage backend named by ``settings.database``.
+
+    :raises StartupError: the URL names a backend this build does not have.
+    """
+    if settings.database.startswith("sqlite://"):
+        return SqliteStorage(
+            settings.sqlite_path(),
+            synchronous=settings.synchronous,
+            busy_timeout_ms=int(settings.busy_timeout * 1000),
+            read_connections=settings.read_connections,
+        )
+    raise StartupError("this build supports only sqlite:/// databases")
+
+
+def check_socket_path(path: str) -> None:
+    """Make ``path`` free for a new listener.
+
+    :raises StartupError: a live listener answers there, or a non-socket file is there.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise StartupError(f"cannot probe the socket {path}: {exc.strerror}") from None
+        os.unlink(path)  # stale: nothing listens
+        log.info("stale_socket_removed", socket=path)
+        return
+    finally:
+        probe.close()
+    raise StartupError(f"another sidecar is already listening on {path}; refusing to start")
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _sd_notify(message: str) -> None:
+    """Tell systemd (Type=notify) about readiness or stopping; a no-op elsewhere."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(message.encode(), address)
+
+
+class Server:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.storage: Storage | None = None
+        self.service: MemoryService | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._stop = anyio.Event()
+        self._connections: set[Connection] = set()
+        self._no_connections = anyio.Event()
+        self._no_connections.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def serve(self) -> None:
+        """Run until a stop is requested, then shut down gracefully.
+
+        :raises StartupError: the sidecar could not start (nothing was left behind).
+        """
+        listener = await self._startup()
+        assert self.service is not None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_signals)
+                tg.start_soon(Sweeper(self.service, self.settings).run)
+                async with anyio.create_task_group() as conns:
+                    conns.start_soon(self._accept, listener, conns)
+                    _sd_notify("READY=1")
+                    log.info("ready", socket=self.settings.socket, version=__version__)
+                    await self._stop.wait()
+                    _sd_notify("STOPPING=1")
+                    log.info("stopping", open_connections=len(self._connections))
+                    await self._drain(listener, conns)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._cleanup()
+
+    async def _startup(self) -> anyio.abc.SocketListener:
+        settings = self.settings
+        check_socket_path(settings.socket)
+        self.storage = make_storage(settings)
+        try:
+            await self.storage.open()
+            refs = RefCodec(await self.storage.ref_key())
+        except StorageStartupError as exc:
+            raise StartupError(str(exc)) from None
+        self.service = MemoryService(
+            self.storage,
+            refs,
+            ServiceConfig(
+                redaction=settings.redaction,
+                max_entry_size_bytes=settings.max_entry_size_bytes,
+                replay_retention_us=int(settings.replay_retention * 1_000_000),
+                max_open_runs=settings.max_open_runs,
+            ),
+        )
+        self.dispatcher = Dispatcher(self.service, max_inflight=settings.max_inflight)
+        directory = os.path.dirname(os.path.abspath(settings.socket))  # noqa: ASYNC240
+        try:
+            os.makedirs(directory, exist_ok=True)
+            # No moment where the socket exists with wider permissions than configured.
+            with _umask(0o777 & ~settings.socket_mode):
+                return await anyio.create_unix_listener(settings.socket, mode=settings.socket_mode)
+        except OSError as exc:
+            await self.storage.close()
+            raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
+
+    async def _accept(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError):
+            while True:
+                stream = await listener.accept()
+                conns.start_soon(self._serve_connection, stream)
+
+    async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
+        assert self.dispatcher is not None
+        dispatcher = self.dispatcher
+        conn = Connection(
+            stream,
+            dispatcher.handle_line,
+            dispatcher.oversized(self.settings.max_request_bytes),
+            max_line_bytes=self.settings.max_request_bytes,
+        )
+        self._connections.add(conn)
+        self._no_connections = anyio.Event()
+        try:
+            if self._stop.is_set():
+                conn.stop_reading()
+            await conn.serve()
+        finally:
+            self._connections.discard(conn)
+            if not self._connections:
+                self._no_connections.set()
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _drain(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
+        await listener.aclose()
+        for conn in list(self._connections):
+            conn.stop_reading()
+        with anyio.move_on_after(self.settings.drain_timeout) as scope:
+            await self._no_connections.wait()
+        if scope.cancelled_caught:
+            log.warning("drain_timeout", abandoned_connections=len(self._connections))
+        conns.cancel_scope.cancel()
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if self._stop.is_set():
+                    log.warning("second_signal_exit", signal=signal.Signals(signum).name)
+                    os._exit(128 + signum)
+                log.info("signal", signal=signal.Signals(signum).name)
+                self.request_stop()
+
+    async def _cleanup(self) -> None:
+        if self.storage is not None:
+            await self.storage.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.settings.socket)
+        log.info("stopped")

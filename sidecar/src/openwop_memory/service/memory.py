@@ -1,0 +1,272 @@
+"""The memory service: PROTOCOL.md's methods over validated params, wire-ready results.
+
+Each method takes a validated params model and returns a JSON-ready value, or raises a
+:class:`~openwop_memory_client.MemoryServiceError`. Errors and results never carry secret
+values; errors never carry entry content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from openwop_memory_client import (
+    RunNotFoundError,
+    SecretLeakageError,
+    ValidationError,
+)
+from openwop_memory_client._models import (
+    MAX_TAG_CHARS,
+    DeleteParams,
+    EntryInput,
+    GetParams,
+    IssueRefParams,
+    ListParams,
+    PutParams,
+    RunAddSecretsParams,
+    RunBeginParams,
+    RunEndParams,
+)
+
+from .. import __version__
+from ..storage.base import EntryRow, PutRequest, Scope, Storage
+from ..timefmt import format_us, now_us, parse_rfc3339
+from .redaction import EMPTY_KEYRING, Keyring, redact_entry
+from .refs import RefCodec
+from .runs import RunHandle, RunRegistry, merge_secrets
+from .stats import Stats
+
+RedactionPolicy = Literal["rewrite", "reject"]
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    redaction: RedactionPolicy = "rewrite"
+    max_entry_size_bytes: int = 65536
+    default_list_limit: int = 100
+    max_list_limit: int = 1000
+    replay_retention_us: int = 7 * 86_400 * 1_000_000
+    max_open_runs: int = 10_000
+
+
+def entry_to_wire(row: EntryRow) -> dict[str, Any]:
+    """A stored entry as ``memory-entry.schema.json`` spells it."""
+    entry: dict[str, Any] = {
+        "id": row.id,
+        "content": row.content,
+        "tags": list(row.tags),
+        "createdAt": format_us(row.created_us),
+    }
+    if row.expires_us is not None:
+        entry["expiresAt"] = format_us(row.expires_us)
+    return entry
+
+
+def _unique_nonempty(tags: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t for t in tags if t))
+
+
+class MemoryService:
+    def __init__(self, storage: Storage, refs: RefCodec, config: ServiceConfig) -> None:
+        self.storage = storage
+        self.refs = refs
+        self.config = config
+        self.runs = RunRegistry(config.max_open_runs)
+        self.stats = Stats()
+        self.started = time.monotonic()
+
+    # -- host ----------------------------------------------------------------------------
+
+    def capabilities(self) -> dict[str, Any]:
+        return {
+            "capabilities": {
+                # Redaction cannot be switched off, so long-term is always advertised (§D).
+                "agents": {"memoryBackends": ["long-term"]},
+                "memory": {
+                    "supported": True,
+                    "maxEntrySizeBytes": self.config.max_entry_size_bytes,
+                    "ttlSupported": True,
+                    "writable": True,
+                },
+            }
+        }
+
+    def issue_ref(self, p: IssueRefParams) -> dict[str, Any]:
+        return {"memoryRef": self.refs.issue(p.tenant, p.agent, p.namespace)}
+
+    # -- runs ----------------------------------------------------------------------------
+
+    async def run_begin(self, p: RunBeginParams) -> dict[str, Any]:
+        handle = self.runs.get(p.runId)
+        if handle is not None and handle.tenant == p.tenant:
+            handle.keyring = merge_secrets(handle.keyring, p.secrets)
+            return self._begun(handle, resumed=True)
+        # Size the keyring before touching storage, so a refused begin writes nothing.
+        keyring = merge_secrets(EMPTY_KEYRING, p.secrets)
+        record = await self.storage.begin_run(
+            p.runId,
+            p.tenant,
+            replay=p.replay,
+            now_us=now_us(),
+            retention_us=self.config.replay_retention_us,
+        )
+        handle = self.runs.get(p.runId)  # another begin of the same run may have raced us
+        if handle is not None and handle.snapshot_seq == record.snapshot_seq:
+            handle.keyring = merge_secrets(handle.keyring, p.secrets)
+        else:
+            handle = RunHandle(
+                record.run_id, record.tenant, record.snapshot_seq, record.snapshot_us, keyring
+            )
+            self.runs.add(handle)
+        return self._begun(handle, resumed=not record.created)
+
+    @staticmethod
+    def _begun(handle: RunHandle, *, resumed: bool) -> dict[str, Any]:
+        return {
+            "runId": handle.run_id,
+            "tenant": handle.tenant,
+            "snapshotAt": format_us(handle.snapshot_us),
+            "resumed": resumed,
+        }
+
+    def run_add_secrets(self, p: RunAddSecretsParams) -> dict[str, Any]:
+        handle = self._open_run(p.runId)
+        handle.keyring = merge_secrets(handle.keyring, p.secrets)
+        return {"count": len(handle.keyring)}
+
+    def run_end(self, p: RunEndParams) -> dict[str, Any]:
+        return {"ended": self.runs.end(p.runId)}
+
+    def _open_run(self, run_id: str) -> RunHandle:
+        handle = self.runs.get(run_id)
+        if handle is None:
+            raise RunNotFoundError(
+                "the run is not open in this sidecar; begin it again", {"runId": run_id}
+            )
+        return handle
+
+    async def _snapshot(self, run_id: str) -> tuple[str, int]:
+        """The run's (tenant, snapshot) whether it is open here or only persisted."""
+        handle = self.runs.get(run_id)
+        if handle is not None:
+            return handle.tenant, handle.snapshot_seq
+        record = await self.storage.find_run(
+            run_id, now_us=now_us(), retention_us=self.config.replay_retention_us
+        )
+        if record is None:
+            raise RunNotFoundError("unknown run", {"runId": run_id})
+        return record.tenant, record.snapshot_seq
+
+    # -- memory --------------------------------------------------------------------------
+
+    async def list(self, p: ListParams) -> list[dict[str, Any]]:
+        tenant, snapshot = await self._snapshot(p.runId)
+        scope = self.refs.resolve(p.memoryRef, tenant)
+        if scope is None:
+            return []
+        options = p.options
+        limit = (options.limit if options else None) or self.config.default_list_limit
+        rows = await self.storage.list(
+            scope,
+            snapshot,
+            now_us(),
+            min(limit, self.config.max_list_limit),
+            options.tag if options else None,
+        )
+        return [entry_to_wire(r) for r in rows]
+
+    async def get(self, p: GetParams) -> dict[str, Any] | None:
+        tenant, snapshot = await self._snapshot(p.runId)
+        scope = self.refs.resolve(p.memoryRef, tenant)
+        if scope is None:
+            return None
+        row = await self.storage.get(scope, snapshot, now_us(), p.id)
+        return None if row is None else entry_to_wire(row)
+
+    async def delete(self, p: DeleteParams) -> bool:
+        tenant, _ = await self._snapshot(p.runId)
+        scope = self.refs.resolve(p.memoryRef, tenant)
+        if scope is None:
+            return False
+        return await self.storage.delete(scope, p.id, now_us())
+
+    async def put(self, p: PutParams) -> dict[str, Any]:
+        tags, expires_us = self._check_entry(p.entry)
+        handle = self._open_run(p.runId)
+        scope = self.refs.resolve(p.memoryRef, handle.tenant)
+        if scope is None:
+            raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
+        request = self._redacted_request(handle.keyring, scope, p, tags, expires_us)
+        row = await self.storage.put(request, now_us())
+        return entry_to_wire(row)
+
+    def _check_entry(self, entry: EntryInput) -> tuple[tuple[str, ...], int | None]:
+        size = len(entry.content.encode()) + sum(len(t.encode()) for t in entry.tags)
+        if size > self.config.max_entry_size_bytes:
+            raise ValidationError(
+                f"content plus tags exceed {self.config.max_entry_size_bytes} bytes",
+                {"field": "entry", "maxEntrySizeBytes": self.config.max_entry_size_bytes},
+            )
+        expires_us = None
+        if entry.expiresAt is not None:
+            try:
+                expires_us = parse_rfc3339(entry.expiresAt)
+            except ValueError:
+                raise ValidationError(
+                    "expiresAt is not an RFC 3339 time with an offset", {"field": "entry.expiresAt"}
+                ) from None
+            if expires_us <= now_us():
+                raise ValidationError(
+                    "expiresAt is not in the future", {"field": "entry.expiresAt"}
+                )
+        return _unique_nonempty(entry.tags), expires_us
+
+    def _redacted_request(
+        self,
+        keyring: Keyring,
+        scope: Scope,
+        p: PutParams,
+        tags: tuple[str, ...],
+        expires_us: int | None,
+    ) -> PutRequest:
+        redacted = redact_entry(keyring, p.entry.content, tags)
+        if redacted.findings:
+            ids = sorted(set().union(*(f.secret_ids for f in redacted.findings)))
+            if self.config.redaction == "reject" or redacted.leaked:
+                raise SecretLeakageError(
+                    "the entry contains a registered secret",
+                    {"field": redacted.findings[0].field, "secretIds": ids},
+                )
+            self.stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
+        tags = _unique_nonempty(redacted.tags)
+        for i, tag in enumerate(tags):
+            if len(tag) > MAX_TAG_CHARS:
+                raise ValidationError(
+                    f"a tag is longer than {MAX_TAG_CHARS} characters after redaction",
+                    {"field": f"entry.tags[{i}]"},
+                )
+        # The digest is over the redacted entry, so no secret value enters it.
+        digest = hashlib.sha256(orjson.dumps([redacted.content, tags, expires_us])).digest()
+        return PutRequest(scope, redacted.content, tags, expires_us, p.idempotencyKey, digest)
+
+    # -- sidecar -------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        status = "ok"
+        try:
+            storage = await self.storage.health()
+        except Exception as exc:  # noqa: BLE001 - health must answer, whatever the storage says
+            status = "degraded"
+            storage = {"error": getattr(exc, "code", "internal_error")}
+        return {
+            "status": status,
+            "version": __version__,
+            "uptimeSeconds": round(time.monotonic() - self.started, 3),
+            "storage": storage,
+        }
+
+    def stats_snapshot(self) -> dict[str, Any]:
+        return self.stats.snapshot(active_runs=len(self.runs))

@@ -1,0 +1,88 @@
+"""memoryRef issuing and resolution (RFC 0004 §C, §F).
+
+An issued ref is ``owm1.`` followed by base64url of three keyed MACs: the tenant's id, the
+scope's id (tenant, agent, namespace) and a tag over both. It is deterministic, short
+(59 characters whatever the names), reveals no names, and cannot be altered or forged
+without the database's key. Any other well-formed string is a *plain ref*, scoped to the
+calling run's tenant.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+
+from openwop_memory_client import ForbiddenError
+
+from ..storage.base import Scope
+
+ISSUED_PREFIX = "owm1."
+MAX_REF_CHARS = 512
+_TENANT_BYTES, _SCOPE_BYTES, _TAG_BYTES = 12, 16, 12
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SEGMENTS = re.compile(r"[/\\]")
+
+
+def is_malformed(ref: str) -> bool:
+    """True for refs that resolve to nothing: empty, too long, control chars, ``..`` segments."""
+    return (
+        not ref
+        or len(ref) > MAX_REF_CHARS
+        or _CONTROL.search(ref) is not None
+        or ".." in _SEGMENTS.split(ref)
+    )
+
+
+class RefCodec:
+    """Issues and resolves memoryRefs with one database-wide MAC key."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def _mac(self, label: bytes, *parts: bytes, size: int) -> bytes:
+        msg = label + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+        return hmac.new(self._key, msg, hashlib.sha256).digest()[:size]
+
+    def _tenant_id(self, tenant: str) -> bytes:
+        return self._mac(b"tenant", tenant.encode(), size=_TENANT_BYTES)
+
+    def issue(self, tenant: str, agent: str, namespace: str) -> str:
+        """The deterministic ref for the scope (tenant, agent, namespace)."""
+        tenant_id = self._tenant_id(tenant)
+        scope_id = self._mac(
+            b"scope", tenant.encode(), agent.encode(), namespace.encode(), size=_SCOPE_BYTES
+        )
+        tag = self._mac(b"ref", tenant_id, scope_id, size=_TAG_BYTES)
+        return ISSUED_PREFIX + base64.urlsafe_b64encode(tenant_id + scope_id + tag).decode()
+
+    def resolve(self, ref: str, run_tenant: str) -> Scope | None:
+        """The scope a run of ``run_tenant`` reaches through ``ref``.
+
+        Returns ``None`` for a malformed or tampered ref (it resolves to nothing).
+
+        :raises ForbiddenError: ``ref`` is a valid issued ref of another tenant.
+        """
+        if is_malformed(ref):
+            return None
+        if not ref.startswith(ISSUED_PREFIX):
+            return Scope(run_tenant, "plain:" + ref)
+        try:
+            raw = base64.urlsafe_b64decode(ref[len(ISSUED_PREFIX) :].encode("ascii"))
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            return None
+        if len(raw) != _TENANT_BYTES + _SCOPE_BYTES + _TAG_BYTES:
+            return None
+        # b64decode skips stray characters and ignores padding bits: demand the one encoding.
+        if base64.urlsafe_b64encode(raw).decode() != ref[len(ISSUED_PREFIX) :]:
+            return None
+        tenant_id = raw[:_TENANT_BYTES]
+        scope_id = raw[_TENANT_BYTES : _TENANT_BYTES + _SCOPE_BYTES]
+        tag = raw[_TENANT_BYTES + _SCOPE_BYTES :]
+        if not hmac.compare_digest(tag, self._mac(b"ref", tenant_id, scope_id, size=_TAG_BYTES)):
+            return None
+        if not hmac.compare_digest(tenant_id, self._tenant_id(run_tenant)):
+            raise ForbiddenError("the memoryRef belongs to another tenant", {"field": "memoryRef"})
+        return Scope(run_tenant, "issued:" + scope_id.hex())

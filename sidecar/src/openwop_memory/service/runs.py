@@ -1,0 +1,69 @@
+"""Per-run handles held in process: tenant, snapshot and compiled keyring.
+
+Secrets live only here, in memory, and go away at ``run.end`` (or when the handle is
+evicted). An evicted run is not lost: its snapshot is persisted, and a put on it answers
+``not_found`` so the client re-begins it with its secrets.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from openwop_memory_client import ValidationError
+from openwop_memory_client._models import MAX_SECRETS, SecretSpec
+
+from .redaction import Keyring
+
+
+def merge_secrets(keyring: Keyring, secrets: list[SecretSpec]) -> Keyring:
+    """``keyring`` with ``secrets`` added (the first id registered for a value wins).
+
+    :raises ValidationError: the merged keyring would hold more than 256 secrets.
+    """
+    merged = dict(keyring.ids_by_value)
+    for spec in secrets:
+        merged.setdefault(spec.value, spec.id)
+    if len(merged) > MAX_SECRETS:
+        raise ValidationError(
+            f"a run's keyring holds at most {MAX_SECRETS} secrets", {"field": "secrets"}
+        )
+    return keyring if len(merged) == len(keyring) else Keyring.compile(merged)
+
+
+@dataclass
+class RunHandle:
+    run_id: str
+    tenant: str
+    snapshot_seq: int
+    snapshot_us: int
+    keyring: Keyring
+
+
+class RunRegistry:
+    """Open runs of this process, least recently used evicted past ``max_open``."""
+
+    def __init__(self, max_open: int) -> None:
+        self.max_open = max_open
+        self._open: OrderedDict[str, RunHandle] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(self, run_id: str) -> RunHandle | None:
+        handle = self._open.get(run_id)
+        if handle is not None:
+            self._open.move_to_end(run_id)
+        return handle
+
+    def add(self, handle: RunHandle) -> None:
+        self._open[handle.run_id] = handle
+        self._open.move_to_end(handle.run_id)
+        while len(self._open) > self.max_open:
+            self._open.popitem(last=False)
+
+    def end(self, run_id: str) -> bool:
+        return self._open.pop(run_id, None) is not None
+
+    def run_ids(self) -> list[str]:
+        return list(self._open)

@@ -1,0 +1,612 @@
+"""SQLite storage (aiosqlite, WAL mode) with group commit.
+
+One writer connection applies every write of this process. Writes queue up while a commit
+is in flight and the next commit takes them all in one transaction (leader-follower group
+commit: the first waiting caller commits for everyone, so there is no background task);
+each caller is answered only after its commit. Reads go to a small pool of read-only
+connections, which WAL lets run beside the writer. Several processes may share the file:
+``BEGIN IMMEDIATE`` plus ``busy_timeout`` serialise their writers, and the clock row lives
+in the database, so commit order is global.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import secrets
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiosqlite
+import anyio
+import anyio.lowlevel
+import orjson
+from openwop_memory_client import (
+    ConflictError,
+    ForbiddenError,
+    MemoryServiceError,
+    ReplaySnapshotUnavailableError,
+    UpstreamUnavailableError,
+)
+
+from ..timefmt import now_us as wall_clock_us
+from .base import EntryRow, PutRequest, RunRecord, Scope, StorageStartupError, SweepCounts
+from .sqlite_schema import LATEST_VERSION, MIGRATIONS
+
+Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
+
+_ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us"
+_VISIBLE = (
+    "e.seq <= :snap AND (e.deleted_seq IS NULL OR e.deleted_seq > :snap)"
+    " AND (e.expires_us IS NULL OR e.expires_us > :now)"
+)
+_SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = :tenant AND key = :key)"
+# Idempotency keys pin their entry (the second put returns it even after delete or expiry).
+_UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
+# Run markers (snapshot cleared) stay this many retentions so a late replay can still be told
+# "retention_expired" rather than "unknown_run".
+_MARKER_RETENTIONS = 4
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn any sqlite3 error into :class:`UpstreamUnavailableError` (the one place we do)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        reason = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        raise UpstreamUnavailableError(
+            "the SQLite database is failing", {"backend": "sqlite", "reason": reason}
+        ) from None
+    except ValueError as exc:  # aiosqlite raises ValueError on a closed connection
+        raise UpstreamUnavailableError(
+            "the SQLite database is closed", {"backend": "sqlite", "reason": "closed"}
+        ) from exc
+
+
+async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
+    return list(await conn.execute_fetchall(sql, params))
+
+
+def _row(r: Any) -> EntryRow:
+    return EntryRow(
+        id=r[0], content=r[1], tags=tuple(orjson.loads(r[2])), created_us=r[3], expires_us=r[4]
+    )
+
+
+@dataclass
+class _Txn:
+    """State of one group-commit transaction: the clock as the ops advance it."""
+
+    conn: aiosqlite.Connection
+    seq: int
+    last_us: int
+    now_us: int
+    entries: list[tuple[Any, ...]] = field(default_factory=list)
+    tags: list[tuple[Any, ...]] = field(default_factory=list)
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def stamp(self) -> tuple[int, int]:
+        """The next sequence number and a createdAt that never goes backwards."""
+        self.seq += 1
+        self.last_us = max(self.last_us, self.now_us)
+        return self.seq, self.last_us
+
+
+_OpFn = Callable[[_Txn], Awaitable[Any]]
+
+
+@dataclass
+class _Op:
+    fn: _OpFn
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class SqliteStorage:
+    """The SQLite backend. See :class:`~openwop_memory.storage.base.Storage` for contracts."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout_ms: int = 5000,
+        read_connections: int = 2,
+        max_batch: int = 512,
+    ) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self.read_connections = read_connections
+        self.max_batch = max_batch
+        self._writer: aiosqlite.Connection | None = None
+        self._readers: list[aiosqlite.Connection] = []
+        self._next_reader: Iterator[int] = iter(())
+        self._pending: list[_Op] = []
+        self._committing = False
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._closed = False
+        self._scope_pks: dict[Scope, int] = {}
+        self._schema_version = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+            raise StorageStartupError("an in-memory SQLite database cannot be shared or use WAL")
+        directory = os.path.dirname(os.path.abspath(self.path))  # noqa: ASYNC240 - start-up only
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise StorageStartupError(
+                f"cannot create the database directory {directory}: {exc.strerror}"
+            ) from None
+        try:
+            self._writer = await self._connect(query_only=False)
+            await self._migrate(self._writer)
+            for _ in range(self.read_connections):
+                self._readers.append(await self._connect(query_only=True))
+        except sqlite3.Error as exc:
+            await self.close()
+            raise StorageStartupError(f"cannot open SQLite database {self.path}: {exc}") from None
+        except StorageStartupError:
+            await self.close()
+            raise
+        self._next_reader = itertools.cycle(range(len(self._readers)))
+
+    async def _connect(self, *, query_only: bool) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            mode = (await _fetch(conn, "PRAGMA journal_mode = WAL"))[0][0]
+            if str(mode).lower() != "wal":
+                raise StorageStartupError(
+                    f"SQLite refused WAL mode for {self.path} (journal_mode is {mode!r}); "
+                    "put the database on a local filesystem that supports shared memory"
+                )
+            await conn.execute("PRAGMA foreign_keys = ON")
+            await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            # Deleted and expired content is overwritten, not left in free pages.
+            await conn.execute("PRAGMA secure_delete = ON")
+            await conn.execute("PRAGMA journal_size_limit = 67108864")
+            if query_only:
+                await conn.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _migrate(self, conn: aiosqlite.Connection) -> None:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, applied_us INTEGER NOT NULL)"
+            )
+            rows = await _fetch(conn, "SELECT max(version) FROM schema_migrations")
+            current = rows[0][0] or 0
+            if current > LATEST_VERSION:
+                raise StorageStartupError(
+                    f"the database schema is version {current}, newer than this sidecar "
+                    f"knows ({LATEST_VERSION}); upgrade openwop-memory"
+                )
+            for version, statements in MIGRATIONS:
+                if version <= current:
+                    continue
+                for statement in statements:
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_us) VALUES (?, ?)",
+                    (version, wall_clock_us()),
+                )
+            await conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('ref_mac_key', ?)",
+                (secrets.token_bytes(32),),
+            )
+            await conn.execute("COMMIT")
+        except BaseException:
+            await conn.execute("ROLLBACK")
+            raise
+        self._schema_version = LATEST_VERSION
+
+    async def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(MemoryServiceError):
+            await self.checkpoint("TRUNCATE")
+        for conn in [*self._readers, *([self._writer] if self._writer else [])]:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await conn.close()
+        self._readers.clear()
+        self._writer = None
+
+    # -- group commit ------------------------------------------------------------------
+
+    async def _write(self, fn: _OpFn) -> Any:
+        if self._closed or self._writer is None:
+            raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
+        op = _Op(fn)
+        self._pending.append(op)
+        if not self._committing:
+            self._committing = True
+            self._idle = anyio.Event()
+            # Shielded: the leader commits for others too, so its caller going away must
+            # not abandon a half-applied batch.
+            with anyio.CancelScope(shield=True):
+                try:
+                    while self._pending:
+                        batch = self._pending[: self.max_batch]
+                        del self._pending[: self.max_batch]
+                        await self._commit(batch)
+                finally:
+                    self._committing = False
+                    self._idle.set()
+        await op.done.wait()
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    async def _commit(self, batch: list[_Op]) -> None:
+        conn = self._writer
+        assert conn is not None
+        try:
+            with translate_errors():
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    seq, last_us = (await _fetch(conn, "SELECT seq, last_us FROM clock"))[0]
+                    txn = _Txn(conn, seq, last_us, now_us=wall_clock_us())
+                    for op in batch:
+                        try:
+                            op.result = await op.fn(txn)
+                        except MemoryServiceError as exc:
+                            op.error = exc
+                    if txn.entries:
+                        await conn.executemany(
+                            "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us,"
+                            " expires_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            txn.entries,
+                        )
+                    if txn.tags:
+                        await conn.executemany(
+                            "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)", txn.tags
+                        )
+                    if txn.keys:
+                        await conn.executemany(
+                            "INSERT INTO idempotency (scope_pk, key, digest, entry_seq,"
+                            " created_us) VALUES (?, ?, ?, ?, ?)",
+                            txn.keys,
+                        )
+                    if txn.seq != seq or txn.last_us != last_us:
+                        await conn.execute(
+                            "UPDATE clock SET seq = ?, last_us = ?", (txn.seq, txn.last_us)
+                        )
+                    await conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error, ValueError):
+                        await conn.execute("ROLLBACK")
+                    raise
+        except MemoryServiceError as exc:
+            for op in batch:
+                op.error = exc
+                op.result = None
+        except Exception:  # noqa: BLE001 - a bug: fail the batch's callers, never leave them waiting
+            for op in batch:
+                op.error = UpstreamUnavailableError("the write failed", {"backend": "sqlite"})
+                op.result = None
+        finally:
+            for op in batch:
+                op.done.set()
+
+    async def _scope_pk(self, txn: _Txn, scope: Scope) -> int:
+        pk = self._scope_pks.get(scope)
+        if pk is None:
+            await txn.conn.execute(
+                "INSERT OR IGNORE INTO scopes (tenant, key) VALUES (?, ?)",
+                (scope.tenant, scope.key),
+            )
+            rows = await _fetch(
+                txn.conn,
+                "SELECT scope_pk FROM scopes WHERE tenant = ? AND key = ?",
+                (scope.tenant, scope.key),
+            )
+            pk = int(rows[0][0])
+            self._scope_pks[scope] = pk
+        return pk
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def ref_key(self) -> bytes:
+        with translate_errors():
+            rows = await _fetch(self._reader(), "SELECT value FROM meta WHERE key = 'ref_mac_key'")
+        return bytes(rows[0][0])
+
+    async def begin_run(
+        self, run_id: str, tenant: str, *, replay: bool, now_us: int, retention_us: int
+    ) -> RunRecord:
+        async def op(txn: _Txn) -> RunRecord:
+            rows = await _fetch(
+                txn.conn,
+                "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
+                (run_id,),
+            )
+            if rows:
+                owner, snap, snap_us, touched_us = rows[0]
+                if owner != tenant:
+                    raise ForbiddenError("the run belongs to another tenant", {"runId": run_id})
+                if snap is not None and touched_us + retention_us > now_us:
+                    await txn.conn.execute(
+                        "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
+                    )
+                    return RunRecord(run_id, tenant, snap, snap_us, created=False)
+                if replay:
+                    raise ReplaySnapshotUnavailableError(
+                        "the run's memory snapshot is past retention",
+                        {"runId": run_id, "reason": "retention_expired"},
+                    )
+            elif replay:
+                raise ReplaySnapshotUnavailableError(
+                    "no memory snapshot was taken for this run",
+                    {"runId": run_id, "reason": "unknown_run"},
+                )
+            # The snapshot's time is pulled up to the clock so that every entry inside it has
+            # createdAt <= snapshotAt and every later one has createdAt >= snapshotAt.
+            txn.last_us = snap_us = max(txn.last_us, txn.now_us)
+            await txn.conn.execute(
+                "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
+                " snapshot_seq = excluded.snapshot_seq, snapshot_us = excluded.snapshot_us,"
+                " touched_us = excluded.touched_us",
+                (run_id, tenant, txn.seq, snap_us, now_us),
+            )
+            return RunRecord(run_id, tenant, txn.seq, snap_us, created=True)
+
+        result: RunRecord = await self._write(op)
+        return result
+
+    async def touch_runs(self, run_ids: list[str], now_us: int) -> None:
+        if not run_ids:
+            return
+
+        async def op(txn: _Txn) -> None:
+            await txn.conn.executemany(
+                "UPDATE runs SET touched_us = ? WHERE run_id = ? AND snapshot_seq IS NOT NULL",
+                [(now_us, r) for r in run_ids],
+            )
+
+        await self._write(op)
+
+    async def put(self, request: PutRequest, now_us: int) -> EntryRow:
+        async def op(txn: _Txn) -> EntryRow:
+            scope_pk = await self._scope_pk(txn, request.scope)
+            key = request.idempotency_key
+            if key is not None:
+                earlier = await self._keyed_entry(txn, scope_pk, key)
+                if earlier is not None:
+                    digest, row = earlier
+                    if digest != request.digest:
+                        raise ConflictError(
+                            "the idempotency key was used for a different entry",
+                            {"field": "idempotencyKey"},
+                        )
+                    return row
+            seq, created_us = txn.stamp()
+            row = EntryRow(
+                id="mem_" + secrets.token_urlsafe(16),
+                content=request.content,
+                tags=request.tags,
+                created_us=created_us,
+                expires_us=request.expires_us,
+            )
+            txn.entries.append(
+                (
+                    seq,
+                    row.id,
+                    scope_pk,
+                    row.content,
+                    orjson.dumps(row.tags),
+                    created_us,
+                    row.expires_us,
+                )
+            )
+            txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
+            if key is not None:
+                txn.keys.append((scope_pk, key, request.digest, seq, now_us))
+            return row
+
+        result: EntryRow = await self._write(op)
+        return result
+
+    async def _keyed_entry(
+        self, txn: _Txn, scope_pk: int, key: str
+    ) -> tuple[bytes, EntryRow] | None:
+        # Keys written earlier in this same (uncommitted) batch are still in txn.keys.
+        for pk, k, digest, seq, _ in txn.keys:
+            if pk == scope_pk and k == key:
+                e = next(e for e in txn.entries if e[0] == seq)
+                return digest, EntryRow(e[1], e[3], tuple(orjson.loads(e[4])), e[5], e[6])
+        rows = await _fetch(
+            txn.conn,
+            f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i"
+            " JOIN entries e ON e.seq = i.entry_seq WHERE i.scope_pk = ? AND i.key = ?",
+            (scope_pk, key),
+        )
+        if not rows:
+            return None
+        return bytes(rows[0][0]), _row(rows[0][1:])
+
+    async def delete(self, scope: Scope, entry_id: str, now_us: int) -> bool:
+        async def op(txn: _Txn) -> bool:
+            cursor = await txn.conn.execute(
+                f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
+                " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)",
+                {
+                    "seq": txn.seq + 1,
+                    "id": entry_id,
+                    "tenant": scope.tenant,
+                    "key": scope.key,
+                    "now": now_us,
+                },
+            )
+            if cursor.rowcount > 0:
+                txn.stamp()
+                return True
+            return False
+
+        result: bool = await self._write(op)
+        return result
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _reader(self) -> aiosqlite.Connection:
+        if self._closed or not self._readers:
+            raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
+        return self._readers[next(self._next_reader)]
+
+    async def find_run(self, run_id: str, *, now_us: int, retention_us: int) -> RunRecord | None:
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
+                " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ?",
+                (run_id, now_us - retention_us),
+            )
+        if not rows:
+            return None
+        tenant, snap, snap_us = rows[0]
+        return RunRecord(run_id, tenant, snap, snap_us, created=False)
+
+    async def list(
+        self, scope: Scope, snapshot_seq: int, now_us: int, limit: int, tag: str | None
+    ) -> list[EntryRow]:
+        params: dict[str, Any] = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": snapshot_seq,
+            "now": now_us,
+            "limit": limit,
+        }
+        if tag is None:
+            sql = (
+                f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
+                f" AND {_VISIBLE} ORDER BY e.seq DESC LIMIT :limit"
+            )
+        else:
+            params["tag"] = tag
+            sql = (
+                f"SELECT {_ENTRY_COLUMNS} FROM entry_tags t JOIN entries e ON e.seq = t.seq"
+                f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = :tag AND t.seq <= :snap"
+                f" AND {_VISIBLE} ORDER BY t.seq DESC LIMIT :limit"
+            )
+        with translate_errors():
+            rows = await _fetch(self._reader(), sql, params)
+        return [_row(r) for r in rows]
+
+    async def get(
+        self, scope: Scope, snapshot_seq: int, now_us: int, entry_id: str
+    ) -> EntryRow | None:
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
+                f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}",
+                {
+                    "id": entry_id,
+                    "tenant": scope.tenant,
+                    "key": scope.key,
+                    "snap": snapshot_seq,
+                    "now": now_us,
+                },
+            )
+        return _row(rows[0]) if rows else None
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    async def sweep(self, now_us: int, retention_us: int, batch_size: int) -> SweepCounts:
+        counts = SweepCounts()
+        steps: list[tuple[str, str, tuple[Any, ...]]] = [
+            (
+                "expired_entries",
+                "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE expires_us <= ?"
+                f" AND {_UNPINNED} LIMIT ?)",
+                (now_us, batch_size),
+            ),
+            (
+                "purged_idempotency_keys",
+                "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
+                " WHERE created_us <= ? LIMIT ?)",
+                (now_us - retention_us, batch_size),
+            ),
+            (
+                "expired_runs",
+                "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
+                " WHERE snapshot_seq IS NOT NULL AND touched_us <= ? LIMIT ?)",
+                (now_us - retention_us, batch_size),
+            ),
+            (
+                "purged_runs",
+                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
+                " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
+                (now_us - _MARKER_RETENTIONS * retention_us, batch_size),
+            ),
+            # A tombstone can go once every retained snapshot is at or past its delete.
+            (
+                "purged_tombstones",
+                "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE deleted_seq <="
+                " coalesce((SELECT min(snapshot_seq) FROM runs WHERE snapshot_seq IS NOT NULL),"
+                f" (SELECT seq FROM clock)) AND {_UNPINNED} LIMIT ?)",
+                (batch_size,),
+            ),
+        ]
+        for name, sql, params in steps:
+            while True:
+                try:
+                    removed = await self._write(_statement(sql, params))
+                except MemoryServiceError as exc:
+                    counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
+                    break
+                setattr(counts, name, getattr(counts, name) + removed)
+                if removed < batch_size:
+                    break
+                await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+        with contextlib.suppress(MemoryServiceError):
+            await self.checkpoint("PASSIVE")
+        return counts
+
+    async def checkpoint(self, mode: Literal["PASSIVE", "TRUNCATE"]) -> None:
+        """Checkpoint the WAL between transactions (it cannot run inside one)."""
+        while self._committing:
+            await self._idle.wait()
+        if self._writer is None:
+            return
+        self._committing = True
+        self._idle = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True), translate_errors():
+                await self._writer.execute(f"PRAGMA wal_checkpoint({mode})")
+        finally:
+            self._committing = False
+            self._idle.set()
+
+    async def health(self) -> dict[str, object]:
+        with translate_errors():
+            rows = await _fetch(self._reader(), "SELECT seq FROM clock")
+        return {
+            "backend": "sqlite",
+            "journalMode": "wal",
+            "synchronous": self.synchronous,
+            "schemaVersion": self._schema_version,
+            "commitSeq": int(rows[0][0]),
+        }
+
+
+def _statement(sql: str, params: tuple[Any, ...]) -> _OpFn:
+    async def op(txn: _Txn) -> int:
+        cursor = await txn.conn.execute(sql, params)
+        return max(cursor.rowcount, 0)
+
+    return op

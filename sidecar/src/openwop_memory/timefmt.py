@@ -1,0 +1,54 @@
+"""Wire times: RFC 3339 UTC with exactly six fractional digits, held internally as integer µs.
+
+Integer microseconds since the epoch are exact, compare as numbers, and their wire text
+sorts in time order (PROTOCOL.md, Objects).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta, timezone
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))$",
+    re.ASCII,
+)
+
+
+def now_us() -> int:
+    """The wall clock in integer microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
+
+def format_us(us: int) -> str:
+    """``2026-11-29T15:21:51.123456Z`` for ``us`` microseconds since the epoch."""
+    return (_EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_rfc3339(text: str) -> int:
+    """Microseconds since the epoch for an RFC 3339 time with an explicit offset.
+
+    Digits finer than a microsecond are truncated, never rounded up, so the returned
+    instant is never later than the one written.
+
+    :raises ValueError: ``text`` is not an RFC 3339 date-time with an offset (``Z`` or
+        ``±hh:mm``), names an impossible date or time, or a leap second.
+    """
+    m = _RFC3339.match(text)
+    if m is None:
+        raise ValueError("not an RFC 3339 date-time with an offset")
+    year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
+    micro = int((m.group(7) or "0")[:6].ljust(6, "0"))
+    if m.group(8):
+        tz = UTC
+    else:
+        oh, om = int(m.group(10)), int(m.group(11))
+        if oh > 23 or om > 59:
+            raise ValueError("offset out of range")
+        sign = -1 if m.group(9) == "-" else 1
+        tz = timezone(sign * timedelta(hours=oh, minutes=om))
+    dt = datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+    delta = dt - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

@@ -1,0 +1,257 @@
+"""JSON-RPC 2.0 dispatch: one request line in, one response line (or none) out.
+
+This module is the whole wire layer above framing. It parses with orjson, checks the
+request object's shape itself (so it can name the bad member), hands well-formed requests
+to jsonrpcserver with the already-parsed object (no second parse, no JSON-Schema pass:
+pydantic validates params), and writes every error as PROTOCOL.md's envelope. It logs one
+content-free line per request and counts outcomes for ``sidecar.stats``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import orjson
+import pydantic
+import structlog
+from jsonrpcserver import JsonRpcError, Success, async_dispatch_to_response
+from openwop_memory_client import (
+    InternalError,
+    MemoryServiceError,
+    MethodNotFoundError,
+    RateLimitedError,
+    ValidationError,
+)
+from openwop_memory_client._errors import INVALID_REQUEST, PARSE_ERROR
+from openwop_memory_client._models import (
+    DeleteParams,
+    EmptyParams,
+    GetParams,
+    IssueRefParams,
+    ListParams,
+    PutParams,
+    RunAddSecretsParams,
+    RunBeginParams,
+    RunEndParams,
+)
+from oslash.either import Left
+
+from ..service.memory import MemoryService
+
+log = structlog.get_logger("openwop_memory.request")
+
+Handler = Callable[[MemoryService, Any], Any]
+_MAX_BATCH = 256
+_REQUEST_MEMBERS = frozenset({"jsonrpc", "method", "params", "id"})
+# jsonrpcserver binds params against the method's signature on every call; a fixed
+# (context, **params) signature always binds, and setting it up front spares the
+# per-call introspection.
+_SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD),
+    ]
+)
+
+_METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
+    "host.capabilities": (EmptyParams, lambda s, p: s.capabilities()),
+    "memory.issueRef": (IssueRefParams, lambda s, p: s.issue_ref(p)),
+    "run.begin": (RunBeginParams, lambda s, p: s.run_begin(p)),
+    "run.addSecrets": (RunAddSecretsParams, lambda s, p: s.run_add_secrets(p)),
+    "run.end": (RunEndParams, lambda s, p: s.run_end(p)),
+    "memory.list": (ListParams, lambda s, p: s.list(p)),
+    "memory.get": (GetParams, lambda s, p: s.get(p)),
+    "memory.put": (PutParams, lambda s, p: s.put(p)),
+    "memory.delete": (DeleteParams, lambda s, p: s.delete(p)),
+    "sidecar.health": (EmptyParams, lambda s, p: s.health()),
+    "sidecar.stats": (EmptyParams, lambda s, p: s.stats_snapshot()),
+}
+
+
+def validation_error_from(exc: pydantic.ValidationError) -> ValidationError:
+    """Our envelope for a pydantic failure: the field's path and pydantic's message.
+
+    Pydantic's ``msg`` describes the constraint, never the input, so no value leaks.
+    """
+    first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
+    field = ".".join(str(part) for part in first["loc"])[:200] or "params"
+    return ValidationError(f"{field}: {first['msg']}", {"field": field})
+
+
+def _internal(exc: BaseException) -> InternalError:
+    correlation_id = uuid.uuid4().hex[:16]
+    # Frames only: an exception's message may quote the content that caused it.
+    frames = [
+        f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}:{f.name}"
+        for f in traceback.extract_tb(exc.__traceback__)
+    ]
+    log.error(
+        "internal_error",
+        correlation_id=correlation_id,
+        error_type=type(exc).__name__,
+        frames=frames[-8:],
+    )
+    return InternalError("internal error", {"correlationId": correlation_id})
+
+
+def _error_object(err: MemoryServiceError) -> dict[str, Any]:
+    return {"code": err.wire_rpc_code, "message": err.message, "data": err.envelope()}
+
+
+class Dispatcher:
+    """Turns request lines into response lines against one :class:`MemoryService`."""
+
+    def __init__(self, service: MemoryService, *, max_inflight: int = 4096) -> None:
+        self.service = service
+        self.max_inflight = max_inflight
+        self.inflight = 0
+        self._methods = {
+            name: self._bind(name, model, handler) for name, (model, handler) in _METHODS.items()
+        }
+
+    def _bind(
+        self, name: str, model: type[pydantic.BaseModel], handler: Handler
+    ) -> Callable[..., Awaitable[Any]]:
+        service, stats = self.service, self.service.stats
+
+        async def call(ctx: object, /, **params: Any) -> Any:
+            started = time.perf_counter()
+            err: MemoryServiceError | None = None
+            try:
+                result = handler(service, model.model_validate(params))
+                if inspect.isawaitable(result):
+                    result = await result
+                return Success(result)
+            except pydantic.ValidationError as exc:
+                err = validation_error_from(exc)
+            except MemoryServiceError as exc:
+                err = exc
+            except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
+                err = _internal(exc)
+            finally:
+                outcome = "ok" if err is None else err.code
+                stats.count(name, outcome)
+                log.info(
+                    "request",
+                    method=name,
+                    outcome=outcome,
+                    duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                )
+            raise JsonRpcError(err.wire_rpc_code, err.message, err.envelope())
+
+        call.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
+        return call
+
+    async def handle_line(self, line: bytes) -> bytes | None:
+        """The response line (with its newline) for one request line, or ``None``."""
+        try:
+            request = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return self._reject(PARSE_ERROR, "the request is not valid UTF-8 JSON", "request")
+        if isinstance(request, list):
+            if not request or len(request) > _MAX_BATCH:
+                return self._reject(
+                    INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests", "request"
+                )
+            answers = [a for a in [await self._dispatch_one(r) for r in request] if a is not None]
+            return orjson.dumps(answers) + b"\n" if answers else None
+        answer = await self._dispatch_one(request)
+        return None if answer is None else orjson.dumps(answer) + b"\n"
+
+    def oversized(self, max_bytes: int) -> bytes:
+        """The answer to a request line longer than ``max_bytes``."""
+        return self._reject(
+            INVALID_REQUEST,
+            f"the request line exceeds {max_bytes} bytes",
+            "request",
+            {"maxRequestBytes": max_bytes},
+        )
+
+    def _reject(
+        self, rpc_code: int, message: str, field: str, extra: dict[str, Any] | None = None
+    ) -> bytes:
+        return orjson.dumps(self._rejection(rpc_code, message, field, extra)) + b"\n"
+
+    def _rejection(
+        self,
+        rpc_code: int,
+        message: str,
+        field: str,
+        extra: dict[str, Any] | None = None,
+        request_id: Any = None,
+    ) -> dict[str, Any]:
+        self.service.stats.count("-", "validation_error")
+        log.info("request", method="-", outcome="validation_error", rpc_code=rpc_code)
+        err = ValidationError(message, {"field": field, **(extra or {})}, rpc_code=rpc_code)
+        return {"jsonrpc": "2.0", "error": _error_object(err), "id": request_id}
+
+    async def _dispatch_one(self, request: Any) -> dict[str, Any] | None:
+        problem = _shape_problem(request)
+        if problem is not None:
+            rid = request.get("id") if isinstance(request, dict) and _valid_id(request) else None
+            return self._rejection(
+                INVALID_REQUEST, f"not a JSON-RPC 2.0 request: {problem}", problem, request_id=rid
+            )
+        if self.inflight >= self.max_inflight:
+            err = RateLimitedError("the sidecar is at capacity", {"retryAfterMs": 50})
+            self.service.stats.count(str(request["method"])[:64], err.code)
+            return (
+                None
+                if "id" not in request
+                else {"jsonrpc": "2.0", "error": _error_object(err), "id": request["id"]}
+            )
+        self.inflight += 1
+        try:
+            response = await async_dispatch_to_response(
+                "",
+                self._methods,
+                context=None,
+                deserializer=lambda _: request,
+                validator=lambda r: r,
+                post_process=self._to_wire,
+            )
+        finally:
+            self.inflight -= 1
+        return cast(dict[str, Any] | None, response)
+
+    def _to_wire(self, response: Any) -> dict[str, Any]:
+        if isinstance(response, Left):
+            e = response._error
+            if isinstance(e.data, dict) and "error" in e.data:
+                error = {"code": e.code, "message": e.message, "data": e.data}
+            elif e.code == -32601:
+                self.service.stats.count("-", "not_found")
+                log.info("request", method="-", outcome="not_found")
+                error = _error_object(MethodNotFoundError("unknown method"))
+            else:  # jsonrpcserver itself failed: never expected, never leaks its text
+                error = _error_object(_internal(RuntimeError("dispatch failure")))
+            return {"jsonrpc": "2.0", "error": error, "id": e.id}
+        ok = response._value
+        return {"jsonrpc": "2.0", "result": ok.result, "id": ok.id}
+
+
+def _valid_id(request: dict[str, Any]) -> bool:
+    rid = request.get("id")
+    return rid is None or (isinstance(rid, (str, int)) and not isinstance(rid, bool))
+
+
+def _shape_problem(request: Any) -> str | None:
+    """The offending member of a malformed request object, or ``None`` if well-formed."""
+    if not isinstance(request, dict):
+        return "request"
+    if request.get("jsonrpc") != "2.0":
+        return "jsonrpc"
+    if not isinstance(request.get("method"), str):
+        return "method"
+    if "params" in request and not isinstance(request["params"], dict):
+        return "params"
+    if "id" in request and not _valid_id(request):
+        return "id"
+    if not request.keys() <= _REQUEST_MEMBERS:
+        return "request"
+    return None

@@ -1,0 +1,194 @@
+"""A real sidecar process on a real Unix socket and SQLite file, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+EXE = shutil.which("openwop-memory", path=os.path.dirname(sys.executable)) or "openwop-memory"
+
+
+class RpcError(Exception):
+    """A JSON-RPC error response; ``.error`` is the whole error object."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(json.dumps(error))
+        self.error = error
+
+    @property
+    def code(self) -> str:
+        return str(self.error["data"]["error"])
+
+    @property
+    def rpc_code(self) -> int:
+        return int(self.error["code"])
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return dict(self.error["data"].get("details", {}))
+
+
+class RawClient:
+    """A blocking line-oriented JSON-RPC client on one connection (standard library only)."""
+
+    def __init__(self, path: str | Path, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(str(path))
+        except BaseException:
+            self.sock.close()
+            raise
+        self.reader = self.sock.makefile("rb")
+        self.next_id = 0
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_line(self, line: bytes) -> None:
+        self.sock.sendall(line + b"\n")
+
+    def read(self) -> Any:
+        line = self.reader.readline()
+        if not line:
+            raise EOFError("the sidecar closed the connection")
+        return json.loads(line)
+
+    def raw(self, line: bytes) -> Any:
+        """Send one line and return the parsed answer line."""
+        self.send_line(line)
+        return self.read()
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request and return the whole response object."""
+        self.next_id += 1
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        response = self.raw(json.dumps(msg).encode())
+        assert response.get("id") == self.next_id, response
+        return dict(response)
+
+    def call(self, method: str, **params: Any) -> Any:
+        """The result of ``method``; raises :class:`RpcError` on an error response."""
+        response = self.request(method, params)
+        if "error" in response:
+            raise RpcError(response["error"])
+        return response["result"]
+
+    def error(self, method: str, **params: Any) -> RpcError:
+        """The error ``method`` must fail with; AssertionError if it succeeded."""
+        response = self.request(method, params)
+        assert "error" in response, f"{method} should have failed: {response}"
+        return RpcError(response["error"])
+
+
+class Sidecar:
+    """``openwop-memory serve`` in a subprocess; its stderr goes to ``log_path``."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        database: Path | None = None,
+        socket_path: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.socket = socket_path or workdir / "memory.sock"
+        self.database = database or workdir / "memory.db"
+        self.log_path = workdir / f"sidecar-{os.getpid()}-{time.monotonic_ns()}.log"
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [
+            EXE,
+            "serve",
+            "--socket",
+            str(self.socket),
+            "--database",
+            f"sqlite:///{self.database}",
+            *self.args,
+        ]
+
+    def start(self, timeout: float = 20.0) -> Sidecar:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sidecar exited with {self.proc.returncode}:\n{self.log()}")
+            if self.ready():
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise TimeoutError(f"sidecar not ready within {timeout}s:\n{self.log()}")
+
+    def ready(self) -> bool:
+        try:
+            with RawClient(self.socket, timeout=2) as c:
+                return bool(c.call("sidecar.health")["status"] == "ok")
+        except (OSError, EOFError, RpcError, ValueError):
+            return False
+
+    def client(self, timeout: float = 10.0) -> RawClient:
+        return RawClient(self.socket, timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """The JSON log lines written so far."""
+        return [json.loads(line) for line in self.log().splitlines() if line.startswith("{")]
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> Sidecar:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.stop()
+        finally:
+            self.kill()
+
+
+@contextmanager
+def running(workdir: Path, *args: str, **kwargs: Any) -> Iterator[Sidecar]:
+    with Sidecar(workdir, *args, **kwargs) as sidecar:
+        yield sidecar
