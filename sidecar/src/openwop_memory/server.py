@@ -8,6 +8,7 @@ returns normally (exit 0); a second signal exits at once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -175,8 +176,12 @@ class Server:
     async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
         assert self.dispatcher is not None
         dispatcher = self.dispatcher
+        # See wire/framing.py for why the connection's I/O is an asyncio stream.
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
+        reader, writer = await asyncio.open_unix_connection(sock=raw)
         conn = Connection(
-            stream,
+            reader,
+            writer,
             dispatcher.handle_line,
             dispatcher.oversized(self.settings.max_request_bytes),
             max_line_bytes=self.settings.max_request_bytes,
@@ -191,8 +196,9 @@ class Server:
             self._connections.discard(conn)
             if not self._connections:
                 self._no_connections.set()
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
+            writer.close()
+            with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+                await writer.wait_closed()
 
     async def _drain(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
         await listener.aclose()

@@ -39,8 +39,11 @@ def is_malformed(ref: str) -> bool:
 class RefCodec:
     """Issues and resolves memoryRefs with one database-wide MAC key."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, cache_size: int = 4096) -> None:
         self._key = key
+        # Every memory call resolves a ref; HMACs are cheap but not free on the hot path.
+        self._cache: dict[tuple[str, str], Scope | None] = {}
+        self._cache_size = cache_size
 
     def _mac(self, label: bytes, *parts: bytes, size: int) -> bytes:
         msg = label + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
@@ -65,6 +68,20 @@ class RefCodec:
 
         :raises ForbiddenError: ``ref`` is a valid issued ref of another tenant.
         """
+        if len(ref) > MAX_REF_CHARS:
+            return None  # and keep oversized strings out of the cache
+        key = (ref, run_tenant)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        scope = self._resolve(ref, run_tenant)  # a forbidden ref raises and is not cached
+        if len(self._cache) >= self._cache_size:
+            self._cache.clear()
+        self._cache[key] = scope
+        return scope
+
+    def _resolve(self, ref: str, run_tenant: str) -> Scope | None:
         if is_malformed(ref):
             return None
         if not ref.startswith(ISSUED_PREFIX):

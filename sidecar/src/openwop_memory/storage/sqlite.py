@@ -79,20 +79,24 @@ def _row(r: Any) -> EntryRow:
 
 @dataclass
 class _Txn:
-    """State of one group-commit transaction: the clock as the ops advance it."""
+    """State of one group-commit transaction: the clock as the ops advance it.
+
+    ``last_us`` is already the transaction's createdAt: the wall clock, pulled up to the
+    latest createdAt committed before, so createdAt never goes backwards in commit order.
+    """
 
     conn: aiosqlite.Connection
     seq: int
     last_us: int
-    now_us: int
+    limit: int
     entries: list[tuple[Any, ...]] = field(default_factory=list)
     tags: list[tuple[Any, ...]] = field(default_factory=list)
     keys: list[tuple[Any, ...]] = field(default_factory=list)
 
     def stamp(self) -> tuple[int, int]:
-        """The next sequence number and a createdAt that never goes backwards."""
+        """The next reserved sequence number, and the createdAt to go with it."""
         self.seq += 1
-        self.last_us = max(self.last_us, self.now_us)
+        assert self.seq <= self.limit
         return self.seq, self.last_us
 
 
@@ -258,8 +262,18 @@ class SqliteStorage:
             with translate_errors():
                 await conn.execute("BEGIN IMMEDIATE")
                 try:
-                    seq, last_us = (await _fetch(conn, "SELECT seq, last_us FROM clock"))[0]
-                    txn = _Txn(conn, seq, last_us, now_us=wall_clock_us())
+                    # Reserve one sequence number per op up front (an op uses at most one;
+                    # unused ones leave harmless gaps), so the clock costs one statement.
+                    now = wall_clock_us()
+                    seq, last_us = (
+                        await _fetch(
+                            conn,
+                            "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
+                            " RETURNING seq - ?, last_us",
+                            (len(batch), now, len(batch)),
+                        )
+                    )[0]
+                    txn = _Txn(conn, seq, last_us, limit=seq + len(batch))
                     for op in batch:
                         try:
                             op.result = await op.fn(txn)
@@ -280,10 +294,6 @@ class SqliteStorage:
                             "INSERT INTO idempotency (scope_pk, key, digest, entry_seq,"
                             " created_us) VALUES (?, ?, ?, ?, ?)",
                             txn.keys,
-                        )
-                    if txn.seq != seq or txn.last_us != last_us:
-                        await conn.execute(
-                            "UPDATE clock SET seq = ?, last_us = ?", (txn.seq, txn.last_us)
                         )
                     await conn.execute("COMMIT")
                 except BaseException:
@@ -353,9 +363,9 @@ class SqliteStorage:
                     "no memory snapshot was taken for this run",
                     {"runId": run_id, "reason": "unknown_run"},
                 )
-            # The snapshot's time is pulled up to the clock so that every entry inside it has
-            # createdAt <= snapshotAt and every later one has createdAt >= snapshotAt.
-            txn.last_us = snap_us = max(txn.last_us, txn.now_us)
+            # Taken from the clock, so every entry inside the snapshot has createdAt <=
+            # snapshotAt and every later one has createdAt >= snapshotAt.
+            snap_us = txn.last_us
             await txn.conn.execute(
                 "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"

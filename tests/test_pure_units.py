@@ -1,0 +1,191 @@
+"""Unit tests of the pure building blocks: wire times, refs, redaction, log scrubbing."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from openwop_memory.logs import drop_sensitive_keys
+from openwop_memory.service.redaction import Keyring, redact_entry
+from openwop_memory.service.refs import ISSUED_PREFIX, RefCodec, is_malformed
+from openwop_memory.timefmt import format_us, parse_rfc3339
+from openwop_memory_client import ForbiddenError
+
+WIRE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+# -- times -------------------------------------------------------------------------------
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999_999))
+def test_format_parse_round_trip(us: int) -> None:
+    text = format_us(us)
+    assert WIRE_TIME.match(text)
+    assert parse_rfc3339(text) == us
+
+
+@given(st.integers(min_value=0, max_value=10**17), st.integers(min_value=0, max_value=10**17))
+def test_wire_text_sorts_in_time_order(a: int, b: int) -> None:
+    assert (format_us(a) < format_us(b)) == (a < b)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-29T15:21:51Z", "2026-11-29T15:21:51.000000Z"),
+        ("2026-11-29T15:21:51.1234569Z", "2026-11-29T15:21:51.123456Z"),  # truncated, not rounded
+        ("2026-11-29t20:51:51.5+05:30", "2026-11-29T15:21:51.500000Z"),
+        ("2026-11-29T10:21:51-05:00", "2026-11-29T15:21:51.000000Z"),
+    ],
+)
+def test_parse_normalises_to_utc_micros(text: str, expected: str) -> None:
+    assert format_us(parse_rfc3339(text)) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-29T15:21:51",  # no offset
+        "2026-11-29 15:21:51Z",
+        "2026-02-30T00:00:00Z",
+        "2026-11-29T24:00:00Z",
+        "2026-11-29T23:59:60Z",  # leap second
+        "2026-11-29T15:21:51+24:00",
+        "tomorrow",
+        "２０２６-11-29T15:21:51Z",  # non-ASCII digits
+    ],
+)
+def test_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        parse_rfc3339(text)
+
+
+def test_format_matches_datetime() -> None:
+    dt = datetime(2026, 11, 29, 15, 21, 51, 123456, tzinfo=UTC)
+    assert format_us(int(dt.timestamp() * 1_000_000)) == "2026-11-29T15:21:51.123456Z"
+
+
+# -- refs --------------------------------------------------------------------------------
+
+KEY = b"k" * 32
+
+
+def test_issued_refs_are_deterministic_short_and_scoped() -> None:
+    codec = RefCodec(KEY)
+    ref = codec.issue("t1", "agent", "default")
+    assert ref == codec.issue("t1", "agent", "default")
+    assert ref.startswith(ISSUED_PREFIX)
+    assert len(ref) <= 512
+    assert "t1" not in ref
+    assert "agent" not in ref
+    long_ref = codec.issue("ж" * 128, "ж" * 128, "ж" * 128)
+    assert len(long_ref) == len(ref)  # fixed length whatever the names
+    others = {codec.issue("t1", "agent", "other"), codec.issue("t1", "b", "default"),
+              codec.issue("t2", "agent", "default")}
+    assert ref not in others
+    assert len(others) == 3
+    scope = codec.resolve(ref, "t1")
+    assert scope is not None
+    assert scope.tenant == "t1"
+    assert codec.resolve(codec.issue("t1", "agent", "other"), "t1") != scope
+
+
+def test_issued_ref_of_another_tenant_is_forbidden() -> None:
+    codec = RefCodec(KEY)
+    with pytest.raises(ForbiddenError):
+        codec.resolve(codec.issue("t1", "a", "default"), "t2")
+
+
+def test_a_ref_from_another_key_is_tampered() -> None:
+    assert RefCodec(b"x" * 32).resolve(RefCodec(KEY).issue("t1", "a", "default"), "t1") is None
+
+
+def test_every_single_character_change_of_an_issued_ref_resolves_to_nothing() -> None:
+    codec = RefCodec(KEY)
+    ref = codec.issue("t1", "a", "default")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=!"
+    for i in range(len(ISSUED_PREFIX), len(ref)):
+        for c in alphabet:
+            if c != ref[i]:
+                assert codec.resolve(ref[:i] + c + ref[i + 1 :], "t1") is None, (i, c)
+    assert codec.resolve(ref[:-1], "t1") is None
+    assert codec.resolve(ref + "A", "t1") is None
+
+
+def test_plain_refs_are_scoped_to_the_run_tenant() -> None:
+    codec = RefCodec(KEY)
+    a, b = codec.resolve("notes", "t1"), codec.resolve("notes", "t2")
+    assert a is not None
+    assert b is not None
+    assert a.tenant == "t1"
+    assert b.tenant == "t2"
+    assert a.key == b.key
+
+
+@pytest.mark.parametrize(
+    "ref", ["", "x" * 513, "a\nb", "a\x7fb", "a/../b", "..\\x", "..", "a\\..", "\x85"]
+)
+def test_malformed_refs(ref: str) -> None:
+    assert is_malformed(ref)
+    assert RefCodec(KEY).resolve(ref, "t1") is None
+
+
+@pytest.mark.parametrize("ref", ["x" * 512, "a/b..c/d", "...", "team/notes", "ж"])
+def test_well_formed_plain_refs(ref: str) -> None:
+    assert not is_malformed(ref)
+
+
+# -- redaction ---------------------------------------------------------------------------
+
+
+def test_longest_value_wins_and_short_values_are_ignored() -> None:
+    ring = Keyring.compile({"abcdefgh": "short", "abcdefgh12345678": "long", "tiny123": "tiny"})
+    out = redact_entry(ring, "abcdefgh12345678 abcdefgh tiny123", ("x abcdefgh",))
+    assert out.content == "[REDACTED:long] [REDACTED:short] tiny123"
+    assert out.tags == ("x [REDACTED:short]",)
+    assert [(f.field, set(f.secret_ids)) for f in out.findings] == [
+        ("content", {"long", "short"}),
+        ("tags[0]", {"short"}),
+    ]
+    assert not out.leaked
+    assert len(ring) == 2
+
+
+def test_regex_metacharacters_in_secrets_are_literal() -> None:
+    ring = Keyring.compile({"a.b*c+d?(e)": "meta"})
+    assert redact_entry(ring, "aXbbbcdde a.b*c+d?(e)", ()).content == "aXbbbcdde [REDACTED:meta]"
+
+
+@given(
+    st.text(min_size=0, max_size=200),
+    st.lists(st.text(min_size=8, max_size=30), min_size=1, max_size=5, unique=True),
+)
+def test_no_registered_value_survives(text: str, values: list[str]) -> None:
+    ring = Keyring.compile({v: f"id{i}" for i, v in enumerate(values)})
+    mixed = values[0] + text + "".join(values)
+    out = redact_entry(ring, mixed, (mixed,))
+    if not out.leaked:
+        for v in values:
+            assert v not in out.content
+            assert v not in out.tags[0]
+
+
+@given(st.text(max_size=300))
+def test_text_without_secrets_is_unchanged(text: str) -> None:
+    ring = Keyring.compile({"\x00never-in-generated-text\x00": "k"})
+    out = redact_entry(ring, text.replace("\x00", ""), ("t",))
+    assert out.content == text.replace("\x00", "")
+    assert out.findings == ()
+
+
+# -- logs --------------------------------------------------------------------------------
+
+
+def test_log_scrubber_blanks_content_bearing_keys() -> None:
+    event = {"event": "request", "method": "memory.put", "content": "x", "secrets": ["y"]}
+    out = drop_sensitive_keys(None, "info", event)
+    assert out == {"event": "request", "method": "memory.put", "content": "[omitted]",
+                   "secrets": "[omitted]"}
