@@ -83,8 +83,11 @@ def test_issued_refs_are_deterministic_short_and_scoped() -> None:
     assert "agent" not in ref
     long_ref = codec.issue("ж" * 128, "ж" * 128, "ж" * 128)
     assert len(long_ref) == len(ref)  # fixed length whatever the names
-    others = {codec.issue("t1", "agent", "other"), codec.issue("t1", "b", "default"),
-              codec.issue("t2", "agent", "default")}
+    others = {
+        codec.issue("t1", "agent", "other"),
+        codec.issue("t1", "b", "default"),
+        codec.issue("t2", "agent", "default"),
+    }
     assert ref not in others
     assert len(others) == 3
     scope = codec.resolve(ref, "t1")
@@ -187,5 +190,9 @@ def test_text_without_secrets_is_unchanged(text: str) -> None:
 def test_log_scrubber_blanks_content_bearing_keys() -> None:
     event = {"event": "request", "method": "memory.put", "content": "x", "secrets": ["y"]}
     out = drop_sensitive_keys(None, "info", event)
-    assert out == {"event": "request", "method": "memory.put", "content": "[omitted]",
-                   "secrets": "[omitted]"}
+    assert out == {
+        "event": "request",
+        "method": "memory.put",
+        "content": "[omitted]",
+        "secrets": "[omitted]",
+    }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 __all__ = [
     "CONTROL_FREE",
@@ -48,6 +48,14 @@ IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 class _Params(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # The published schemas allow no null anywhere: an optional field is omitted.
+        if value is None:
+            raise ValueError("null is not allowed; omit the field instead")
+        return value
 
 
 class EmptyParams(_Params):

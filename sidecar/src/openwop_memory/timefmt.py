@@ -11,6 +11,8 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The last instant the wire format can spell (four-digit years).
+MAX_WIRE_US = 253_402_300_799_999_999
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))$",
     re.ASCII,

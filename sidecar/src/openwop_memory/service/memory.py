@@ -33,7 +33,7 @@ from openwop_memory_client._models import (
 
 from .. import __version__
 from ..storage.base import EntryRow, PutRequest, Scope, Storage
-from ..timefmt import format_us, now_us, parse_rfc3339
+from ..timefmt import MAX_WIRE_US, format_us, now_us, parse_rfc3339
 from .redaction import EMPTY_KEYRING, Keyring, redact_entry
 from .refs import RefCodec
 from .runs import RunHandle, RunRegistry, merge_secrets
@@ -218,6 +218,11 @@ class MemoryService:
                 raise ValidationError(
                     "expiresAt is not an RFC 3339 time with an offset", {"field": "entry.expiresAt"}
                 ) from None
+            if expires_us > MAX_WIRE_US:
+                raise ValidationError(
+                    "expiresAt is after 9999-12-31T23:59:59.999999Z",
+                    {"field": "entry.expiresAt"},
+                )
             if expires_us <= now_us():
                 raise ValidationError(
                     "expiresAt is not in the future", {"field": "entry.expiresAt"}
@@ -238,7 +243,7 @@ class MemoryService:
             if self.config.redaction == "reject" or redacted.leaked:
                 raise SecretLeakageError(
                     "the entry contains a registered secret",
-                    {"field": redacted.findings[0].field, "secretIds": ids},
+                    {"field": "entry." + redacted.findings[0].field, "secretIds": ids},
                 )
             self.stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
         tags = _unique_nonempty(redacted.tags)

@@ -76,8 +76,16 @@ def validation_error_from(exc: pydantic.ValidationError) -> ValidationError:
     Pydantic's ``msg`` describes the constraint, never the input, so no value leaks.
     """
     first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
-    field = ".".join(str(part) for part in first["loc"])[:200] or "params"
+    field = field_path(first["loc"])
     return ValidationError(f"{field}: {first['msg']}", {"field": field})
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """``("entry", "tags", 1)`` → ``entry.tags[1]``: one spelling for every field name."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path[:200] or "params"
 
 
 def _internal(exc: BaseException) -> InternalError:
