@@ -55,7 +55,7 @@ def test_parse_normalises_to_utc_micros(text: str, expected: str) -> None:
         "2026-11-29T23:59:60Z",  # leap second
         "2026-11-29T15:21:51+24:00",
         "tomorrow",
-        "２０２６-11-29T15:21:51Z",  # non-ASCII digits
+        "\uff12\uff10\uff12\uff16-11-29T15:21:51Z",  # fullwidth digits
     ],
 )
 def test_parse_rejects(text: str) -> None:
