@@ -2,48 +2,83 @@
 
 Exit codes: ``serve`` 0 after a graceful stop, 1 when it cannot start (the message says
 why), 128+N after a second signal N. ``health`` 0 healthy, 1 degraded, 2 nothing answers.
+
+``health`` is a probe run every few seconds by Kubernetes or systemd, so its path imports
+only the standard library (the server stack takes most of a second to import).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
+import tomllib
 from collections.abc import Sequence
 
-import anyio
-
 from . import __version__
-from .config import ConfigError, Settings, load_settings
-from .logs import configure_logging
-from .server import Server, StartupError
+
+DEFAULT_SOCKET = "var/openwop-memory.sock"
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["health"]:
+        health_args = _health_parser().parse_args(args[1:])
+        return health(_health_socket(health_args), health_args.timeout)
+    return _serve_main(args)
+
+
+def _health_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="openwop-memory health")
+    parser.add_argument("--socket", default=None, help="socket path (OPENWOP_MEMORY_SOCKET)")
+    parser.add_argument("--config", default=None, help="TOML file to read `socket` from")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
+    return parser
+
+
+def _health_socket(args: argparse.Namespace) -> str:
+    """The socket path: flag > environment > config file > default, as ``serve`` reads it."""
+    if args.socket:
+        return str(args.socket)
+    if os.environ.get("OPENWOP_MEMORY_SOCKET"):
+        return os.environ["OPENWOP_MEMORY_SOCKET"]
+    config = args.config or os.environ.get("OPENWOP_MEMORY_CONFIG")
+    if config:
+        try:
+            with open(config, "rb") as f:
+                value = tomllib.load(f).get("socket")
+        except (OSError, tomllib.TOMLDecodeError):
+            value = None
+        if isinstance(value, str) and value:
+            return value
+    return DEFAULT_SOCKET
+
+
+def _serve_main(argv: list[str]) -> int:
+    import anyio
+
+    from .config import ConfigError, Settings, load_settings
+    from .logs import configure_logging
+    from .server import Server, StartupError
+
     parser = argparse.ArgumentParser(prog="openwop-memory", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the memory sidecar")
     serve.add_argument("--config", help="TOML file with settings (OPENWOP_MEMORY_CONFIG)")
     for name, field in Settings.model_fields.items():
+        default = f"{field.default:04o}" if name == "socket_mode" else field.default
         serve.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             default=None,
             metavar=name.upper(),
-            help=f"default: {field.default}",
+            help=f"default: {default}",
         )
-    health = sub.add_parser("health", help="ask a running sidecar whether it is healthy")
-    health.add_argument("--socket", default=None, help="socket path (OPENWOP_MEMORY_SOCKET)")
-    health.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "health":
-        return health(args.socket, args.timeout)
+    _health_parser(sub.add_parser("health", help="ask a running sidecar whether it is healthy"))
+    args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in Settings.model_fields}
     try:
         settings = load_settings(flags, config_file=args.config)
@@ -61,22 +96,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def health(socket_path: str | None, timeout: float) -> int:
+def health(socket_path: str, timeout: float) -> int:
     """Exit status for ``openwop-memory health``: 0 ok, 1 degraded, 2 nothing answers."""
-    import os
-
-    path = socket_path or os.environ.get("OPENWOP_MEMORY_SOCKET", "var/openwop-memory.sock")
     request = {"jsonrpc": "2.0", "id": 1, "method": "sidecar.health", "params": {}}
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect(path)
+            s.connect(socket_path)
             s.sendall(json.dumps(request).encode() + b"\n")
             with s.makefile("rb") as f:
                 answer = json.loads(f.readline())
         status = answer["result"]["status"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"openwop-memory: no healthy answer on {path}: {type(exc).__name__}", file=sys.stderr)
+        print(
+            f"openwop-memory: no healthy answer on {socket_path}: {type(exc).__name__}",
+            file=sys.stderr,
+        )
         return 2
     print(json.dumps(answer["result"]))
     return 0 if status == "ok" else 1

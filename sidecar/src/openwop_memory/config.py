@@ -36,10 +36,16 @@ def _duration(value: Any) -> Any:
 
 
 def _octal_mode(value: Any) -> Any:
+    # A mode is octal; in TOML write "0660" or 0o660 (a bare 660 is a decimal integer).
     if isinstance(value, str):
         if not re.fullmatch(r"0?o?[0-7]{3,4}", value.strip()):
-            raise ValueError("expected an octal file mode such as 0660")
-        return int(value.strip().replace("o", ""), 8)
+            raise ValueError('expected an octal file mode such as "0660" or 0o660')
+        value = int(value.strip().replace("o", ""), 8)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= 0o777:
+            raise ValueError('expected an octal file mode such as "0660" or 0o660')
+        if value & 0o600 != 0o600:
+            raise ValueError("the owner needs read and write permission on the socket")
     return value
 
 
@@ -54,7 +60,7 @@ class Settings(BaseModel):
     socket: str = Field("var/openwop-memory.sock", min_length=1)
     database: str = Field("sqlite:///var/openwop-memory.db", pattern=r"^(sqlite|postgresql)://")
     redaction: Literal["rewrite", "reject"] = "rewrite"
-    socket_mode: Annotated[int, BeforeValidator(_octal_mode), Field(ge=0, le=0o777)] = 0o660
+    socket_mode: Annotated[int, BeforeValidator(_octal_mode)] = 0o660
     max_request_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
     max_entry_size_bytes: int = Field(65536, ge=1, le=16 << 20)
     drain_timeout: Seconds = 10.0

@@ -139,6 +139,12 @@ class Server:
 
     async def _startup(self) -> anyio.abc.SocketListener:
         settings = self.settings
+        if settings.max_request_bytes <= 2 * settings.max_entry_size_bytes:
+            log.warning(
+                "request_cap_below_entry_size",
+                hint="max_request_bytes should exceed twice max_entry_size_bytes, or large "
+                "entries are refused as oversized lines rather than as too-large entries",
+            )
         check_socket_path(settings.socket)
         self.storage = make_storage(settings)
         try:
@@ -156,7 +162,11 @@ class Server:
                 max_open_runs=settings.max_open_runs,
             ),
         )
-        self.dispatcher = Dispatcher(self.service, max_inflight=settings.max_inflight)
+        self.dispatcher = Dispatcher(
+            self.service,
+            max_inflight=settings.max_inflight,
+            max_request_bytes=settings.max_request_bytes,
+        )
         directory = os.path.dirname(os.path.abspath(settings.socket))  # noqa: ASYNC240
         try:
             os.makedirs(directory, exist_ok=True)
@@ -183,7 +193,7 @@ class Server:
             reader,
             writer,
             dispatcher.handle_line,
-            dispatcher.oversized(self.settings.max_request_bytes),
+            dispatcher.oversized,
             max_line_bytes=self.settings.max_request_bytes,
         )
         self._connections.add(conn)

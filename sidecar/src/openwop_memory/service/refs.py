@@ -2,7 +2,7 @@
 
 An issued ref is ``owm1.`` followed by base64url of three keyed MACs: the tenant's id, the
 scope's id (tenant, agent, namespace) and a tag over both. It is deterministic, short
-(59 characters whatever the names), reveals no names, and cannot be altered or forged
+(61 characters whatever the names), reveals no names, and cannot be altered or forged
 without the database's key. Any other well-formed string is a *plain ref*, scoped to the
 calling run's tenant.
 """

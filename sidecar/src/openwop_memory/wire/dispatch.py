@@ -111,8 +111,11 @@ def _error_object(err: MemoryServiceError) -> dict[str, Any]:
 class Dispatcher:
     """Turns request lines into response lines against one :class:`MemoryService`."""
 
-    def __init__(self, service: MemoryService, *, max_inflight: int = 4096) -> None:
+    def __init__(
+        self, service: MemoryService, *, max_inflight: int = 4096, max_request_bytes: int = 1 << 20
+    ) -> None:
         self.service = service
+        self.max_request_bytes = max_request_bytes
         self.max_inflight = max_inflight
         self.inflight = 0
         self._methods = {
@@ -167,13 +170,13 @@ class Dispatcher:
         answer = await self._dispatch_one(request)
         return None if answer is None else orjson.dumps(answer) + b"\n"
 
-    def oversized(self, max_bytes: int) -> bytes:
-        """The answer to a request line longer than ``max_bytes``."""
+    def oversized(self) -> bytes:
+        """The answer to a request line longer than ``max_request_bytes`` (counted, logged)."""
         return self._reject(
             INVALID_REQUEST,
-            f"the request line exceeds {max_bytes} bytes",
+            f"the request line exceeds {self.max_request_bytes} bytes",
             "request",
-            {"maxRequestBytes": max_bytes},
+            {"maxRequestBytes": self.max_request_bytes},
         )
 
     def _reject(

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 LineHandler = Callable[[bytes], Awaitable[bytes | None]]
+OversizedHandler = Callable[[], bytes]
 
 _READ_SIZE = 65536
 # Above this many unsent bytes (a client that does not read), wait before answering more.
@@ -36,7 +37,7 @@ class Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         handle_line: LineHandler,
-        oversized_answer: bytes,
+        oversized: OversizedHandler,
         *,
         max_line_bytes: int,
         max_pipelined: int = 128,
@@ -44,7 +45,7 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._handle_line = handle_line
-        self._oversized = oversized_answer
+        self._oversized = oversized
         self._max = max_line_bytes
         self._max_pipelined = max_pipelined
         self._tasks: set[asyncio.Task[None]] = set()
@@ -93,13 +94,13 @@ class Connection:
                 if discarding:
                     discarding = False
                 elif len(line) > self._max:
-                    self._send(self._oversized)
+                    self._send(self._oversized())
                 elif line.strip():
                     await self._spawn(line)
             del buffer[:line_start]
             if not discarding and len(buffer) > self._max:
                 discarding = True
-                self._send(self._oversized)
+                self._send(self._oversized())
             if discarding:
                 buffer.clear()
 
