@@ -1,0 +1,248 @@
+"""``AsyncMemoryRun``: one run's RFC 0004 ``MemoryAdapter`` over an ``AsyncMemoryClient``.
+
+A run holds its BYOK secrets on the client side too, so that when the sidecar lost the
+run's handle (it restarted, or evicted the run) the run can be begun again with the same id
+and secrets. The sidecar persisted the snapshot, and the re-begin asks for it with
+``replay: true``, so the run keeps seeing exactly what it saw before.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+
+from ._convert import (
+    EntryArg,
+    OptionsArg,
+    SecretsArg,
+    entry_to_wire,
+    options_to_wire,
+    parse_begin,
+    parse_entries,
+    parse_entry,
+    parse_optional_entry,
+    secrets_to_wire,
+)
+from ._errors import (
+    InternalError,
+    OpenWopMemoryError,
+    ReplaySnapshotUnavailableError,
+    RunNotFoundError,
+)
+from ._models import MemoryEntry, RunBeginResult
+
+if TYPE_CHECKING:
+    from ._async_client import AsyncMemoryClient
+
+__all__ = ["AsyncMemoryRun"]
+
+
+class AsyncMemoryRun:
+    """A run's view of memory; open it with ``async with client.run(...) as run:``.
+
+    Entering sends ``run.begin`` with the run's secrets; exiting sends ``run.end``, which
+    discards the run's keyring in the sidecar. Reads see the store as of the run's snapshot
+    (:attr:`snapshot_at`), never the run's own writes. ``list``, ``get`` and ``delete``
+    also work after the run ended (its snapshot is persisted).
+
+    While the run is open, a ``put`` or ``add_secrets`` that the sidecar answers with
+    :class:`RunNotFoundError` (it restarted and lost the run's handle) re-begins the run
+    with the same id and all its secrets, on its original snapshot, and is sent once more.
+
+    Secret values never appear in this object's repr or in any error it raises.
+    """
+
+    def __init__(
+        self,
+        client: AsyncMemoryClient,
+        run_id: str,
+        tenant: str,
+        secrets: SecretsArg = None,
+        *,
+        replay: bool = False,
+    ) -> None:
+        self._client = client
+        self.run_id = run_id
+        self.tenant = tenant
+        self.replay = replay
+        self._secrets = secrets_to_wire(secrets)
+        self._begun: RunBeginResult | None = None
+        self._open = False
+        # Bumped by each re-begin, so that calls failing together re-begin only once.
+        self._generation = 0
+        self._rebegin_lock = anyio.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(run_id={self.run_id!r}, tenant={self.tenant!r},"
+            f" secrets={len(self._secrets)})"
+        )
+
+    @property
+    def snapshot_at(self) -> str:
+        """The snapshot's time (RFC 3339). :raises RuntimeError: the run has not begun."""
+        return self._result().snapshotAt
+
+    @property
+    def resumed(self) -> bool:
+        """True if the run id was already known to the sidecar when this run began.
+
+        (A ``run.begin`` re-sent after a dropped connection may report True for a new run.)
+
+        :raises RuntimeError: the run has not begun.
+        """
+        return self._result().resumed
+
+    def _result(self) -> RunBeginResult:
+        if self._begun is None:
+            raise RuntimeError("the run has not begun; use `async with client.run(...)`")
+        return self._begun
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        """Send ``run.begin``.
+
+        :raises ForbiddenError: the run id belongs to another tenant.
+        :raises ReplaySnapshotUnavailableError: ``replay`` and the snapshot is gone.
+        :raises ValidationError: a secret or name is malformed (named by field, never echoed).
+        """
+        if self._open:
+            raise RuntimeError("this run is already open")
+        self._begun = await self._begin(replay=self.replay)
+        self._open = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Send ``run.end``, even when the body was cancelled (bounded by the timeout).
+
+        An error ending the run is raised only if the body succeeded; otherwise the body's
+        exception is what propagates.
+        """
+        self._open = False
+        try:
+            with anyio.fail_after(self._client.timeout, shield=True):
+                await self._client._request("run.end", {"runId": self.run_id})
+        except (OpenWopMemoryError, TimeoutError):
+            if exc_type is None:
+                raise
+
+    async def _begin(self, *, replay: bool) -> RunBeginResult:
+        params: dict[str, Any] = {"runId": self.run_id, "tenant": self.tenant}
+        if self._secrets:
+            params["secrets"] = self._secrets
+        if replay:
+            params["replay"] = True
+        return parse_begin(await self._client._request("run.begin", params))
+
+    async def _rebegin(self, generation: int) -> None:
+        async with self._rebegin_lock:
+            if generation != self._generation:
+                return  # another call already re-began the run
+            # replay: the run must get its original snapshot back, never a fresh one.
+            result = await self._begin(replay=True)
+            if self._begun is not None and result.snapshotAt != self._begun.snapshotAt:
+                raise ReplaySnapshotUnavailableError(
+                    "the sidecar re-began the run on another snapshot",
+                    {"runId": self.run_id, "reason": "snapshot_changed"},
+                )
+            self._generation += 1
+
+    async def _call_open(self, method: str, params: Mapping[str, Any]) -> Any:
+        """A call that needs the run open in the sidecar; re-begins it once if it was lost."""
+        generation = self._generation
+        try:
+            return await self._client._request(method, params)
+        except RunNotFoundError:
+            if not self._open:
+                raise
+        await self._rebegin(generation)
+        return await self._client._request(method, params)
+
+    # -- MemoryAdapter -------------------------------------------------------------------
+
+    async def list(self, memory_ref: str, options: OptionsArg = None) -> builtins.list[MemoryEntry]:
+        """Entries of the scope in the run's snapshot, unexpired, newest first.
+
+        ``options`` is a :class:`MemoryListOptions` or a mapping ``{limit?, tag?}``.
+        A malformed or tampered ref yields ``[]``.
+
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        :raises RunNotFoundError: the run was never begun (or is past retention).
+        """
+        params: dict[str, Any] = {"runId": self.run_id, "memoryRef": memory_ref}
+        wire_options = options_to_wire(options)
+        if wire_options is not None:
+            params["options"] = wire_options
+        return parse_entries(await self._client._request("memory.list", params))
+
+    async def get(self, memory_ref: str, id: str) -> MemoryEntry | None:
+        """The entry ``id`` of the scope as the run's snapshot sees it, or ``None``.
+
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        :raises RunNotFoundError: the run was never begun (or is past retention).
+        """
+        params = {"runId": self.run_id, "memoryRef": memory_ref, "id": id}
+        return parse_optional_entry(await self._client._request("memory.get", params))
+
+    async def put(
+        self, memory_ref: str, entry: EntryArg, *, idempotency_key: str | None = None
+    ) -> MemoryEntry:
+        """Write ``entry`` (an :class:`EntryInput` or a mapping ``{content, tags?,
+        expiresAt?}``) and return it as stored: secrets redacted, id and createdAt set.
+
+        The put carries an idempotency key (``idempotency_key``, or a fresh uuid4), the same
+        on every re-send, so it writes at most once whatever connections drop. The run does
+        not see its own write (it is after its snapshot).
+
+        :raises ValidationError: the entry or ref is malformed (``details.field``).
+        :raises SecretLeakageError: policy ``reject`` and the entry held a secret.
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        :raises ConflictError: ``idempotency_key`` was used for a different entry.
+        :raises ReplaySnapshotUnavailableError: the run had to be re-begun and the sidecar
+            no longer has its snapshot (it is never re-begun on a fresh one).
+        """
+        params = {
+            "runId": self.run_id,
+            "memoryRef": memory_ref,
+            "entry": entry_to_wire(entry),
+            "idempotencyKey": idempotency_key if idempotency_key is not None else str(uuid.uuid4()),
+        }
+        return parse_entry(await self._call_open("memory.put", params))
+
+    async def delete(self, memory_ref: str, id: str) -> bool:
+        """Delete the live entry ``id`` of the scope; True if it existed and now is gone.
+
+        Re-sent after a dropped connection, a delete that had taken effect reports False.
+
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        """
+        params = {"runId": self.run_id, "memoryRef": memory_ref, "id": id}
+        result = await self._client._request("memory.delete", params)
+        if not isinstance(result, bool):
+            raise InternalError("the sidecar answered a malformed memory.delete result")
+        return result
+
+    async def add_secrets(self, secrets: SecretsArg) -> int:
+        """Add secrets to the run's keyring; returns the keyring's size after the merge.
+
+        :raises ValidationError: a secret is malformed or the keyring would exceed 256.
+        """
+        wire = secrets_to_wire(secrets)
+        result = await self._call_open("run.addSecrets", {"runId": self.run_id, "secrets": wire})
+        if not isinstance(result, dict) or not isinstance(result.get("count"), int):
+            raise InternalError("the sidecar answered a malformed run.addSecrets result")
+        # Kept only once accepted, so that a re-begin never carries a refused secret.
+        self._secrets.extend(wire)
+        count: int = result["count"]
+        return count
