@@ -126,6 +126,7 @@ def test_plain_refs_are_scoped_to_the_run_tenant() -> None:
     assert a.tenant == "t1"
     assert b.tenant == "t2"
     assert a.key == b.key
+    assert "notes" not in a.key  # stored as a keyed digest, not as sent
 
 
 @pytest.mark.parametrize(

@@ -194,16 +194,20 @@ class MemoryService:
         return await self.storage.delete(scope, p.id, now_us())
 
     async def put(self, p: PutParams) -> dict[str, Any]:
-        tags, expires_us = self._check_entry(p.entry)
+        expires_us = self._check_entry(p.entry)
         handle = self._open_run(p.runId)
         scope = self.refs.resolve(p.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
-        request = self._redacted_request(handle.keyring, scope, p, tags, expires_us)
+        request = self._redacted_request(handle.keyring, scope, p, expires_us)
         row = await self.storage.put(request, now_us())
         return entry_to_wire(row)
 
-    def _check_entry(self, entry: EntryInput) -> tuple[tuple[str, ...], int | None]:
+    def _check_entry(self, entry: EntryInput) -> int | None:
+        """Check the entry as received; return its expiry in µs (``None`` if it has none).
+
+        :raises ValidationError: too large, or ``expiresAt`` unreadable, unspellable or past.
+        """
         size = len(entry.content.encode()) + sum(len(t.encode()) for t in entry.tags)
         if size > self.config.max_entry_size_bytes:
             raise ValidationError(
@@ -227,17 +231,18 @@ class MemoryService:
                 raise ValidationError(
                     "expiresAt is not in the future", {"field": "entry.expiresAt"}
                 )
-        return _unique_nonempty(entry.tags), expires_us
+        return expires_us
 
     def _redacted_request(
         self,
         keyring: Keyring,
         scope: Scope,
         p: PutParams,
-        tags: tuple[str, ...],
         expires_us: int | None,
     ) -> PutRequest:
-        redacted = redact_entry(keyring, p.entry.content, tags)
+        # Tags are redacted as sent, so every field name below indexes the request's tags;
+        # empty and repeated tags are dropped afterwards.
+        redacted = redact_entry(keyring, p.entry.content, tuple(p.entry.tags))
         if redacted.findings:
             ids = sorted(set().union(*(f.secret_ids for f in redacted.findings)))
             if self.config.redaction == "reject" or redacted.leaked:
@@ -246,16 +251,18 @@ class MemoryService:
                     {"field": "entry." + redacted.findings[0].field, "secretIds": ids},
                 )
             self.stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
-        tags = _unique_nonempty(redacted.tags)
-        for i, tag in enumerate(tags):
+        for i, tag in enumerate(redacted.tags):
             if len(tag) > MAX_TAG_CHARS:
                 raise ValidationError(
                     f"a tag is longer than {MAX_TAG_CHARS} characters after redaction",
                     {"field": f"entry.tags[{i}]"},
                 )
+        tags = _unique_nonempty(redacted.tags)
         # The digest is over the redacted entry, so no secret value enters it.
         digest = hashlib.sha256(orjson.dumps([redacted.content, tags, expires_us])).digest()
-        return PutRequest(scope, redacted.content, tags, expires_us, p.idempotencyKey, digest)
+        # Keys are stored as keyed digests: a worker may well derive them from content.
+        key = None if p.idempotencyKey is None else self.refs.keyed_id(p.idempotencyKey)
+        return PutRequest(scope, redacted.content, tags, expires_us, key, digest)
 
     # -- sidecar -------------------------------------------------------------------------
 

@@ -49,6 +49,10 @@ class RefCodec:
         msg = label + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
         return hmac.new(self._key, msg, hashlib.sha256).digest()[:size]
 
+    def keyed_id(self, text: str) -> str:
+        """A stable keyed digest of a client-chosen string, safe to store in its place."""
+        return self._mac(b"name", text.encode(), size=16).hex()
+
     def _tenant_id(self, tenant: str) -> bytes:
         return self._mac(b"tenant", tenant.encode(), size=_TENANT_BYTES)
 
@@ -85,7 +89,9 @@ class RefCodec:
         if is_malformed(ref):
             return None
         if not ref.startswith(ISSUED_PREFIX):
-            return Scope(run_tenant, "plain:" + ref)
+            # Stored as a keyed digest: a plain ref is the worker's own string, and the
+            # database should not keep whatever the worker chose to put in it.
+            return Scope(run_tenant, "plain:" + self.keyed_id(ref))
         try:
             raw = base64.urlsafe_b64decode(ref[len(ISSUED_PREFIX) :].encode("ascii"))
         except (binascii.Error, UnicodeEncodeError, ValueError):

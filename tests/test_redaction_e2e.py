@@ -1,0 +1,506 @@
+"""SR-1 write-time redaction end to end (RFC 0004 §D; PROTOCOL.md `memory.put`).
+
+Secrets go in through ``run.begin`` / ``run.addSecrets``; what comes back from ``put``,
+``list`` and ``get`` is checked, and so are the bytes of every file the sidecar writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sqlite3
+import stat
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from support.schemas import check_capabilities, check_entry, check_envelope
+from support.sidecar import RawClient, RpcError, Sidecar
+
+TENANT = "t-redact"
+ALPHA = "SECRET-ALPHA-9f8e7d6c"
+BETA = "SECRET-BETA-0a1b2c3d4e"
+GAMMA = "sk_GAMMA_55aa66bb77cc"
+ALL_SECRETS = (ALPHA, BETA, GAMMA)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def secrets(**by_id: str) -> list[dict[str, str]]:
+    return [{"id": k, "value": v} for k, v in by_id.items()]
+
+
+def begin(c: RawClient, run: str, tenant: str = TENANT, **params: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], c.call("run.begin", runId=run, tenant=tenant, **params))
+
+
+def put(
+    c: RawClient, run: str, ref: str, content: str, tags: list[str] | None = None, **params: Any
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"content": content}
+    if tags is not None:
+        entry["tags"] = tags
+    result = c.call("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
+    check_entry(result)
+    return cast(dict[str, Any], result)
+
+
+def put_error(
+    c: RawClient, run: str, ref: str, content: str, tags: list[str] | None = None, **params: Any
+) -> RpcError:
+    entry: dict[str, Any] = {"content": content}
+    if tags is not None:
+        entry["tags"] = tags
+    err = c.error("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
+    check_envelope(err.error)
+    return err
+
+
+def later_view(c: RawClient, ref: str, run: str) -> list[dict[str, Any]]:
+    """What a run begun now sees in ``ref``."""
+    begin(c, run)
+    return cast(list[dict[str, Any]], c.call("memory.list", runId=run, memoryRef=ref))
+
+
+def entry_count(database: Path) -> int:
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        return int(db.execute("SELECT count(*) FROM entries").fetchone()[0])
+
+
+def files_of(workdir: Path) -> dict[str, bytes]:
+    """Every regular file under ``workdir`` (database, WAL, shared memory, logs), as bytes."""
+    out = {}
+    for path in sorted(workdir.rglob("*")):
+        if stat.S_ISREG(path.lstat().st_mode):
+            out[str(path.relative_to(workdir))] = path.read_bytes()
+    return out
+
+
+def assert_absent(files: dict[str, bytes], needles: list[str]) -> None:
+    for name, data in files.items():
+        for needle in needles:
+            assert needle.encode() not in data, f"{needle!r} found in {name}"
+
+
+def assert_no_secret(value: Any) -> None:
+    text = json.dumps(value)
+    for s in ALL_SECRETS:
+        assert s not in text, text
+
+
+# -- a sidecar shared by this module's tests ----------------------------------------------
+
+
+class SharedClient(RawClient):
+    """A connection to the module's shared sidecar that keeps each test apart.
+
+    Every ``runId`` and ``tenant`` it sends carries a prefix unique to the test, and comes
+    back without it, so tests sharing one process never meet: runs are keyed by id, and
+    every scope, plain or issued, belongs to a tenant.
+    """
+
+    def __init__(self, path: Path, prefix: str) -> None:
+        super().__init__(path)
+        self.path = path
+        self.prefix = prefix
+
+    def scoped(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: self.prefix + v if k in ("runId", "tenant") and isinstance(v, str) else v
+            for k, v in params.items()
+        }
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = super().request(method, None if params is None else self.scoped(params))
+        result = response.get("result")
+        if isinstance(result, dict):
+            for key in ("runId", "tenant"):
+                if isinstance(result.get(key), str):
+                    result[key] = result[key].removeprefix(self.prefix)
+        details = response.get("error", {}).get("data", {}).get("details")
+        if isinstance(details, dict) and isinstance(details.get("runId"), str):
+            details["runId"] = details["runId"].removeprefix(self.prefix)
+        return response
+
+
+_test_numbers = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def shared_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    with Sidecar(tmp_path_factory.mktemp("shared")) as s:
+        yield s
+
+
+@pytest.fixture
+def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
+    c = SharedClient(shared_sidecar.socket, f"s{next(_test_numbers)}:")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# -- rewrite ------------------------------------------------------------------------------
+
+
+def test_secrets_in_content_and_every_tag_are_replaced(client: SharedClient) -> None:
+    applied_before = client.call("sidecar.stats")["redactionsApplied"]
+    ref = "notes"
+    begin(client, "w", secrets=secrets(k1=ALPHA, k2=BETA))
+    written = [
+        put(
+            client,
+            "w",
+            ref,
+            f"a {ALPHA} b {BETA} c {ALPHA}",
+            [ALPHA, f"x:{BETA}", "plain", f"{ALPHA}{BETA}", f"pre{ALPHA}post"],
+        ),
+        put(client, "w", ref, f"{BETA}", ["source:test"]),
+        put(client, "w", ref, "no secret here", [f"only-tag {BETA}"]),
+    ]
+    assert written[0]["content"] == "a [REDACTED:k1] b [REDACTED:k2] c [REDACTED:k1]"
+    assert written[0]["tags"] == [
+        "[REDACTED:k1]",
+        "x:[REDACTED:k2]",
+        "plain",
+        "[REDACTED:k1][REDACTED:k2]",
+        "pre[REDACTED:k1]post",
+    ]
+    assert written[1]["content"] == "[REDACTED:k2]"
+    assert written[1]["tags"] == ["source:test"]
+    assert written[2]["content"] == "no secret here"
+    assert written[2]["tags"] == ["only-tag [REDACTED:k2]"]
+    for e in written:
+        assert_no_secret(e)
+
+    # What put returned is exactly what is read back, by list, tag list and get.
+    view = later_view(client, ref, "r")
+    assert view == written[::-1]
+    assert client.call("memory.list", runId="r", memoryRef=ref, options={"tag": "plain"}) == [
+        written[0]
+    ]
+    assert client.call(
+        "memory.list", runId="r", memoryRef=ref, options={"tag": "[REDACTED:k1]"}
+    ) == [written[0]]
+    assert client.call("memory.list", runId="r", memoryRef=ref, options={"tag": ALPHA}) == []
+    for e in written:
+        assert client.call("memory.get", runId="r", memoryRef=ref, id=e["id"]) == e
+    # At least one per redacted put, however the counter counts (this sidecar: 9, one per
+    # secret id per field).
+    assert client.call("sidecar.stats")["redactionsApplied"] - applied_before >= 3
+
+
+def test_tags_equal_after_redaction_are_one_tag(client: SharedClient) -> None:
+    begin(client, "w", secrets=secrets(k=ALPHA))
+    entry = put(client, "w", "n", "c", [f"x {ALPHA}", "x [REDACTED:k]", "y"])
+    assert entry["tags"] == ["x [REDACTED:k]", "y"]
+    assert later_view(client, "n", "r") == [entry]
+
+
+def test_longest_secret_wins(client: SharedClient) -> None:
+    # Registered shortest first, so registration order cannot be what makes it work.
+    begin(client, "w", secrets=secrets(short="abcdefgh", long="abcdefgh12345678"))
+    entry = put(
+        client,
+        "w",
+        "n",
+        "abcdefgh12345678 abcdefgh abcdefgh1234 abcdefghabcdefgh12345678 xabcdefgh12345678x",
+        ["abcdefgh12345678", "abcdefgh", "abcdefgh1234567"],
+    )
+    assert entry["content"] == (
+        "[REDACTED:long] [REDACTED:short] [REDACTED:short]1234"
+        " [REDACTED:short][REDACTED:long] x[REDACTED:long]x"
+    )
+    assert entry["tags"] == ["[REDACTED:long]", "[REDACTED:short]", "[REDACTED:short]1234567"]
+    assert later_view(client, "n", "r") == [entry]
+
+
+def test_secrets_are_matched_literally(client: SharedClient) -> None:
+    special = "p.ss(w)rd+[x]*?"
+    begin(client, "w", secrets=secrets(re=special, case="CaseSensitive-1"))
+    entry = put(
+        client,
+        "w",
+        "n",
+        f"pXss(w)rd+[x]*? {special} casesensitive-1 CaseSensitive-1",
+        [f"a{special}b", "p.ss(w)rd+[x]"],
+    )
+    assert entry["content"] == "pXss(w)rd+[x]*? [REDACTED:re] casesensitive-1 [REDACTED:case]"
+    assert entry["tags"] == ["a[REDACTED:re]b", "p.ss(w)rd+[x]"]
+    assert later_view(client, "n", "r") == [entry]
+
+
+def test_secrets_added_later_and_on_resume_are_used(client: SharedClient) -> None:
+    begin(client, "w", secrets=secrets(a=ALPHA))
+    before = put(client, "w", "n", f"{ALPHA} {BETA}")
+    assert before["content"] == f"[REDACTED:a] {BETA}"  # BETA is not registered yet
+    assert client.call("run.addSecrets", runId="w", secrets=secrets(b=BETA)) == {"count": 2}
+    after = put(client, "w", "n", f"{ALPHA} {BETA} {GAMMA}", [BETA])
+    assert after["content"] == f"[REDACTED:a] [REDACTED:b] {GAMMA}"
+    assert after["tags"] == ["[REDACTED:b]"]
+    # Re-beginning the open run merges its secrets into the keyring.
+    assert begin(client, "w", secrets=secrets(g=GAMMA))["resumed"] is True
+    resumed = put(client, "w", "n", f"{ALPHA} {BETA} {GAMMA}")
+    assert resumed["content"] == "[REDACTED:a] [REDACTED:b] [REDACTED:g]"
+    assert client.call("run.addSecrets", runId="w", secrets=[]) == {"count": 3}
+    assert later_view(client, "n", "r") == [resumed, after, before]
+
+
+def test_a_secret_of_another_run_is_not_applied(client: SharedClient) -> None:
+    begin(client, "owner", secrets=secrets(mine=ALPHA))
+    begin(client, "stranger")
+    owned = put(client, "owner", "n", f"x {ALPHA}")
+    foreign = put(client, "stranger", "n", f"x {ALPHA}", [ALPHA])
+    assert owned["content"] == "x [REDACTED:mine]"
+    assert foreign["content"] == f"x {ALPHA}"  # stranger's keyring does not hold it
+    assert foreign["tags"] == [ALPHA]
+    assert later_view(client, "n", "r") == [foreign, owned]
+
+
+def test_json_escapes_do_not_hide_a_secret(client: SharedClient) -> None:
+    begin(client, "w", secrets=secrets(k=ALPHA))
+    escaped = "".join(f"\\u{ord(ch):04x}" for ch in ALPHA)
+    line = (
+        '{"jsonrpc":"2.0","id":"esc","method":"memory.put",'
+        f'"params":{{"runId":"{client.prefix}w",'
+        f'"memoryRef":"n","entry":{{"content":"<{escaped}>","tags":["{escaped}"]}}}}}}'
+    )
+    answer = client.raw(line.encode())
+    assert answer["result"]["content"] == "<[REDACTED:k]>", answer
+    assert answer["result"]["tags"] == ["[REDACTED:k]"], answer
+
+
+def test_redacted_output_never_holds_a_secret(client: SharedClient) -> None:
+    """Replacing one secret must not make another appear (here: ``]`` of a marker)."""
+    first, second = "FIRST-SECRET-1", "]tail-value-2"
+    begin(client, "w", secrets=secrets(a=first, b=second))
+    content = f"{first}tail-value-2"  # holds `first`; `second` appears only after redaction
+    response = client.request(
+        "memory.put", {"runId": "w", "memoryRef": "n", "entry": {"content": content}}
+    )
+    if "result" in response:
+        stored = response["result"]["content"]
+        assert first not in stored and second not in stored, stored
+    else:
+        check_envelope(response["error"])
+        assert response["error"]["data"]["error"] in {"secret_leakage", "validation_error"}
+        assert first not in json.dumps(response) and second not in json.dumps(response)
+    for e in later_view(client, "n", "r"):
+        assert first not in e["content"] and second not in e["content"], e
+
+
+def test_tag_grown_past_256_by_redaction_is_validation_error(
+    sidecar: Sidecar, rpc: RawClient
+) -> None:
+    value = "12345678"  # marker [REDACTED:k] is 12 characters: each match grows a tag by 4
+    begin(rpc, "w", secrets=[{"id": "k", "value": value}, {"id": "i" * 100, "value": BETA}])
+    at_limit = "t" * 244 + value  # 252 characters sent, 256 stored
+    ok = put(rpc, "w", "n", "fits", [at_limit])
+    assert ok["tags"] == ["t" * 244 + "[REDACTED:k]"] and len(ok["tags"][0]) == 256
+
+    over = "u" * 245 + value  # 253 characters sent, 257 after redaction
+    err = put_error(rpc, "w", "n", "TAG-OVERFLOW-CONTENT-c0ffee", ["fine", over])
+    assert err.code == "validation_error" and err.rpc_code == -32602, err.error
+    assert re.fullmatch(r"(entry\.)?tags[\[.]1\]?", str(err.details.get("field"))), err.error
+    # A long secret id: 222 characters sent, 312 after redaction.
+    err = put_error(rpc, "w", "n", "TAG-OVERFLOW-CONTENT-c0ffee", ["x" * 200 + f" {BETA}"])
+    assert err.code == "validation_error"
+    assert BETA not in json.dumps(err.error)
+    assert later_view(rpc, "n", "r") == [ok]
+    assert entry_count(sidecar.database) == 1
+    assert "TAG-OVERFLOW-CONTENT" not in sidecar.log()
+
+
+def test_idempotency_compares_the_redacted_entry(client: SharedClient) -> None:
+    begin(client, "with-secret", secrets=secrets(k=ALPHA))
+    first = put(client, "with-secret", "n", f"token {ALPHA}", idempotencyKey="idem")
+    assert first["content"] == "token [REDACTED:k]"
+    # A retry by the same run: the same after redaction.
+    assert put(client, "with-secret", "n", f"token {ALPHA}", idempotencyKey="idem") == first
+    # A retry whose text already holds the marker is the same entry after redaction.
+    begin(client, "without-secret")
+    assert put(client, "without-secret", "n", "token [REDACTED:k]", idempotencyKey="idem") == first
+    # Without the secret in its keyring the plaintext differs after redaction: conflict.
+    err = put_error(client, "without-secret", "n", f"token {ALPHA}", idempotencyKey="idem")
+    assert err.code == "conflict"
+    assert ALPHA not in json.dumps(err.error)
+    assert later_view(client, "n", "r") == [first]
+
+
+# -- reject -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rejecting(workdir: Path) -> Iterator[tuple[Sidecar, RawClient]]:
+    with Sidecar(workdir, "--redaction", "reject") as s, s.client() as c:
+        yield s, c
+
+
+def _leak(err: RpcError) -> tuple[str, list[str]]:
+    assert err.code == "secret_leakage" and err.rpc_code == -32010, err.error
+    text = json.dumps(err.error)
+    for s in ALL_SECRETS:
+        assert s not in text, text
+    assert "REJECT-MARKER" not in text, text
+    ids = err.details.get("secretIds")
+    assert isinstance(ids, list) and all(isinstance(i, str) for i in ids), err.error
+    return str(err.details.get("field")), ids
+
+
+def test_reject_policy_fails_the_put_and_writes_nothing(
+    rejecting: tuple[Sidecar, RawClient],
+) -> None:
+    s, c = rejecting
+    check_capabilities(c.call("host.capabilities"))
+    assert "long-term" in c.call("host.capabilities")["capabilities"]["agents"]["memoryBackends"]
+    begin(c, "w", secrets=secrets(a=ALPHA, b=BETA, g=GAMMA))
+
+    field, ids = _leak(put_error(c, "w", "n", f"REJECT-MARKER {ALPHA}", ["t"]))
+    assert field in {"content", "entry.content"} and ids == ["a"]
+
+    field, ids = _leak(
+        put_error(c, "w", "n", "REJECT-MARKER clean", ["ok", f"REJECT-MARKER {BETA}"])
+    )
+    assert re.fullmatch(r"(entry\.)?tags[\[.]1\]?", field), field
+    assert ids == ["b"]
+
+    # Several secrets in several fields: every id, the first field.
+    field, ids = _leak(put_error(c, "w", "n", f"{GAMMA} REJECT-MARKER {ALPHA}", [f"{BETA}", "x"]))
+    assert field in {"content", "entry.content"}
+    assert sorted(ids) == ["a", "b", "g"]
+
+    # The key of a rejected put was not consumed.
+    _leak(put_error(c, "w", "n", f"{ALPHA}", idempotencyKey="kept-free"))
+    clean = put(c, "w", "n", "clean content", ["clean"], idempotencyKey="kept-free")
+    assert clean["content"] == "clean content"
+
+    assert later_view(c, "n", "r") == [clean]
+    assert entry_count(s.database) == 1
+    stats = c.call("sidecar.stats")
+    assert stats["requests"]["memory.put"] == {"secret_leakage": 4, "ok": 1}
+    assert stats["redactionsApplied"] == 0
+    assert "REJECT-MARKER" not in s.log()
+    assert_absent({"log": s.log().encode()}, list(ALL_SECRETS))
+
+
+@pytest.mark.parametrize("policy", ["rewrite", "reject"])
+def test_field_names_the_tag_index_as_sent(workdir: Path, policy: str) -> None:
+    """Empty and duplicate tags are dropped before redaction; ``details.field`` must still
+    name the offending tag by its index in the request, not in the normalised list."""
+    with Sidecar(workdir, "--redaction", policy) as s, s.client() as c:
+        begin(c, "w", secrets=[{"id": "k", "value": "12345678"}])
+        tags = ["", "dup", "dup", "v" * 245 + "12345678"]  # grows to 257 under rewrite
+        err = put_error(c, "w", "n", "clean", tags)
+        expected = "validation_error" if policy == "rewrite" else "secret_leakage"
+        assert err.code == expected, err.error
+        field = str(err.details.get("field"))
+        assert re.fullmatch(r"(entry\.)?tags[\[.]3\]?", field), (
+            f"details.field {field!r} should name the request's tag index 3"
+        )
+        assert entry_count(s.database) == 0
+
+
+# -- nothing secret on disk or in the log -------------------------------------------------
+
+
+def test_no_secret_in_any_file_during_and_after_a_burst(workdir: Path) -> None:
+    sidecar = Sidecar(workdir)
+    with sidecar, sidecar.client() as c1, sidecar.client() as c2:
+        ref = str(c1.call("memory.issueRef", tenant=TENANT, agent="burst")["memoryRef"])
+        begin(c1, "burst-1", secrets=secrets(alpha=ALPHA, beta=BETA))
+        begin(c2, "burst-2", secrets=secrets(gamma=GAMMA))
+        c2.call("run.addSecrets", runId="burst-2", secrets=secrets(alpha2=ALPHA))
+
+        # burst-1 knows alpha and beta only, burst-2 gamma and alpha: write each run's
+        # own secrets so every stored value must have been redacted.
+        def own_burst(c: RawClient, run: str, start: int, known: tuple[str, ...]) -> None:
+            lines = []
+            for i in range(start, start + 100):
+                s1, s2 = known[i % len(known)], known[(i + 1) % len(known)]
+                entry = {
+                    "content": f"CONTENT-MARKER-{i:04d} {s1} and {s2}{s1}",
+                    "tags": [f"TAG-MARKER-{i:04d}", f"k:{s2}", s1, f"{s1}-{s2}"],
+                }
+                c.next_id += 1
+                lines.append(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": c.next_id,
+                            "method": "memory.put",
+                            "params": {"runId": run, "memoryRef": ref, "entry": entry},
+                        }
+                    )
+                )
+            c.sock.sendall(("\n".join(lines) + "\n").encode())
+            for _ in lines:
+                answer = c.read()
+                assert "result" in answer, answer
+                assert_no_secret(answer["result"])
+
+        own_burst(c1, "burst-1", 0, (ALPHA, BETA))
+        own_burst(c2, "burst-2", 1000, (GAMMA, ALPHA))
+        # Failed puts carrying secrets: redaction grows a tag past 256; an idempotency conflict.
+        for i in range(3):
+            err = put_error(c1, "burst-1", ref, f"CONTENT-MARKER-X{i} {BETA}", ["v" * 240 + BETA])
+            assert err.code == "validation_error"
+        put(c1, "burst-1", ref, f"CONTENT-MARKER-K {ALPHA}", idempotencyKey="burst-key")
+        err = put_error(c1, "burst-1", ref, f"CONTENT-MARKER-K2 {BETA}", idempotencyKey="burst-key")
+        assert err.code == "conflict"
+        # Deleted entries, too (their content was redacted before it was ever stored).
+        begin(c1, "reader")
+        view = c1.call("memory.list", runId="reader", memoryRef=ref, options={"limit": 1000})
+        assert len(view) == 201
+        for e in view[:20]:
+            assert c1.call("memory.delete", runId="reader", memoryRef=ref, id=e["id"]) is True
+        assert_no_secret(view)
+
+        running = files_of(workdir)
+        assert any(name.endswith("-wal") and data for name, data in running.items()), running.keys()
+        assert_absent(running, list(ALL_SECRETS))
+        # Positive control: the scan does see stored content (here, in the db or its WAL).
+        assert any(b"CONTENT-MARKER-0007" in d for n, d in running.items() if ".db" in n)
+    assert sidecar.proc is not None and sidecar.proc.returncode == 0
+
+    stopped = files_of(workdir)
+    assert any(n.endswith(".db") for n in stopped), stopped.keys()
+    assert_absent(stopped, list(ALL_SECRETS))
+    assert any(b"TAG-MARKER-0099" in d for n, d in stopped.items() if n.endswith(".db"))
+    logs = {n: d for n, d in stopped.items() if n.endswith(".log")}
+    assert logs and all(d for d in logs.values())
+    assert_absent(logs, ["CONTENT-MARKER", "TAG-MARKER", "[REDACTED:"])
+
+
+def test_no_content_or_tag_in_the_log_on_any_path(sidecar: Sidecar, rpc: RawClient) -> None:
+    begin(rpc, "w", secrets=secrets(a=ALPHA))
+    put(rpc, "w", "n", "LOGCHECK-CONTENT-ok", ["LOGCHECK-TAG-ok"], idempotencyKey="idem-1")
+    conflicting = {"content": "LOGCHECK-CONTENT-conflict", "tags": ["LOGCHECK-TAG-conflict"]}
+    err = rpc.error(
+        "memory.put", runId="w", memoryRef="n", entry=conflicting, idempotencyKey="idem-1"
+    )
+    assert err.code == "conflict"
+    bad: list[dict[str, Any]] = [
+        {"content": "LOGCHECK-CONTENT-bad", "tags": ["LOGCHECK-TAG-bad\x00"]},
+        {"content": "LOGCHECK-CONTENT-bad", "tags": ["LOGCHECK-TAG-long" * 40]},
+        {"content": "LOGCHECK-CONTENT-bad", "expiresAt": "LOGCHECK-not-a-time"},
+        {"content": "LOGCHECK-CONTENT-bad", "id": "LOGCHECK-id"},
+    ]
+    for entry in bad:
+        assert rpc.error("memory.put", runId="w", memoryRef="n", entry=entry).code == (
+            "validation_error"
+        )
+    assert rpc.error("memory.put", runId="nope", memoryRef="n", entry=bad[0]).code in {
+        "validation_error",
+        "not_found",
+    }
+    begin(rpc, "r")
+    rpc.call("memory.list", runId="r", memoryRef="n", options={"tag": "LOGCHECK-TAG-ok"})
+    log = sidecar.log()
+    assert sidecar.log_lines(), "the sidecar wrote no JSON log lines"
+    assert "LOGCHECK" not in log
+    assert ALPHA not in log

@@ -1,0 +1,396 @@
+"""TTL (RFC 0004 §E), the sweeper, replay retention and idempotency keys, end to end.
+
+Real time passes only where expiry or retention needs it, in short sleeps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from support.schemas import check_entry, check_envelope
+from support.sidecar import RawClient, RpcError, Sidecar
+
+TENANT = "t-ttl"
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def begin(c: RawClient, run: str, tenant: str = TENANT, **params: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], c.call("run.begin", runId=run, tenant=tenant, **params))
+
+
+def put(
+    c: RawClient,
+    run: str,
+    ref: str,
+    content: str,
+    tags: list[str] | None = None,
+    expires_at: str | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"content": content}
+    if tags is not None:
+        entry["tags"] = tags
+    if expires_at is not None:
+        entry["expiresAt"] = expires_at
+    result = c.call("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
+    check_entry(result)
+    return cast(dict[str, Any], result)
+
+
+def put_error(c: RawClient, run: str, ref: str, entry: dict[str, Any], **params: Any) -> RpcError:
+    err = c.error("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
+    check_envelope(err.error)
+    return err
+
+
+def listing(c: RawClient, run: str, ref: str, **options: Any) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"runId": run, "memoryRef": ref}
+    if options:
+        params["options"] = options
+    return cast(list[dict[str, Any]], c.call("memory.list", **params))
+
+
+def get(c: RawClient, run: str, ref: str, entry_id: str) -> dict[str, Any] | None:
+    return cast(dict[str, Any] | None, c.call("memory.get", runId=run, memoryRef=ref, id=entry_id))
+
+
+def delete(c: RawClient, run: str, ref: str, entry_id: str) -> bool:
+    result = c.call("memory.delete", runId=run, memoryRef=ref, id=entry_id)
+    assert isinstance(result, bool)
+    return result
+
+
+def issue(c: RawClient, agent: str = "agent", tenant: str = TENANT) -> str:
+    return str(c.call("memory.issueRef", tenant=tenant, agent=agent)["memoryRef"])
+
+
+def wire_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def in_future(seconds: float) -> tuple[datetime, str]:
+    t = datetime.now(UTC) + timedelta(seconds=seconds)
+    return t, wire_time(t)
+
+
+def sleep_until(t: datetime, margin: float = 0.1) -> None:
+    delay = (t - datetime.now(UTC)).total_seconds() + margin
+    if delay > 0:
+        time.sleep(delay)
+
+
+def db_query(database: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows from the sidecar's SQLite file, opened read-only beside the running sidecar."""
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        return list(db.execute(sql, params).fetchall())
+
+
+def assert_run_not_found(err: RpcError) -> None:
+    check_envelope(err.error)
+    assert err.code == "not_found" and err.rpc_code == -32004, err.error
+    assert err.details.get("resource") == "run", err.error
+
+
+# -- a sidecar shared by this module's tests ----------------------------------------------
+
+
+class SharedClient(RawClient):
+    """A connection to the module's shared sidecar that keeps each test apart.
+
+    Every ``runId`` and ``tenant`` it sends carries a prefix unique to the test, and comes
+    back without it, so tests sharing one process never meet: runs are keyed by id, and
+    every scope, plain or issued, belongs to a tenant.
+    """
+
+    def __init__(self, path: Path, prefix: str) -> None:
+        super().__init__(path)
+        self.path = path
+        self.prefix = prefix
+
+    def scoped(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: self.prefix + v if k in ("runId", "tenant") and isinstance(v, str) else v
+            for k, v in params.items()
+        }
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = super().request(method, None if params is None else self.scoped(params))
+        result = response.get("result")
+        if isinstance(result, dict):
+            for key in ("runId", "tenant"):
+                if isinstance(result.get(key), str):
+                    result[key] = result[key].removeprefix(self.prefix)
+        details = response.get("error", {}).get("data", {}).get("details")
+        if isinstance(details, dict) and isinstance(details.get("runId"), str):
+            details["runId"] = details["runId"].removeprefix(self.prefix)
+        return response
+
+
+_test_numbers = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def shared_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    with Sidecar(tmp_path_factory.mktemp("shared")) as s:
+        yield s
+
+
+@pytest.fixture
+def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
+    c = SharedClient(shared_sidecar.socket, f"s{next(_test_numbers)}:")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# -- TTL ----------------------------------------------------------------------------------
+
+
+def test_entry_is_returned_before_and_not_after_expiry(client: SharedClient) -> None:
+    ref = issue(client)
+    begin(client, "w")
+    expiry, expires_at = in_future(2.0)
+    # The same instant written with an offset and nanoseconds: returned as UTC, truncated.
+    offset = expiry.astimezone(timezone(timedelta(hours=2))).isoformat(timespec="microseconds")
+    offset = offset[:-6] + "789" + offset[-6:]
+    short = put(client, "w", ref, "short-lived", ["ttl"], expires_at)
+    also_short = put(client, "w", ref, "short-lived too", ["ttl"], offset)
+    keep = put(client, "w", ref, "kept", ["ttl"])
+    assert short["expiresAt"] == expires_at
+    assert also_short["expiresAt"] == expires_at
+    assert "expiresAt" not in keep
+    begin(client, "r")  # its snapshot includes all three
+    assert listing(client, "r", ref) == [keep, also_short, short]
+    assert listing(client, "r", ref, tag="ttl") == [keep, also_short, short]
+    assert get(client, "r", ref, short["id"]) == short
+    assert datetime.now(UTC) < expiry, "the machine is too slow for this test's timing"
+
+    sleep_until(expiry)
+    assert listing(client, "r", ref) == [keep]
+    assert listing(client, "r", ref, tag="ttl") == [keep]
+    assert get(client, "r", ref, short["id"]) is None
+    assert get(client, "r", ref, also_short["id"]) is None
+    assert delete(client, "r", ref, short["id"]) is False
+    assert delete(client, "w", ref, also_short["id"]) is False
+    begin(client, "r2")
+    assert listing(client, "r2", ref) == [keep]
+    assert delete(client, "r2", ref, keep["id"]) is True
+
+    # Expiry in the past (or now) is refused at write time (§E).
+    for past in (wire_time(datetime.now(UTC) - timedelta(seconds=1)), "2001-01-01T00:00:00Z"):
+        err = put_error(client, "w", ref, {"content": "stale", "expiresAt": past})
+        assert err.code == "validation_error" and err.rpc_code == -32602
+        assert err.details.get("field") == "entry.expiresAt"
+
+
+def test_sweeper_removes_expired_entries_from_the_file(workdir: Path) -> None:
+    with (
+        Sidecar(workdir, "--sweep-interval", "0.2", "--replay-retention", "5") as s,
+        s.client() as c,
+    ):
+        ref = issue(c)
+        begin(c, "w")
+        expiry, expires_at = in_future(1.0)
+        marker = "SWEEP-ME-7f3a9c"
+        doomed = put(c, "w", ref, marker, ["sweep-tag-7f3a9c"], expires_at)
+        keep = put(c, "w", ref, "kept", ["k"])
+        rows = db_query(s.database, "SELECT id, expires_us FROM entries ORDER BY seq")
+        assert [r[0] for r in rows] == [doomed["id"], keep["id"]]
+        assert rows[1][1] is None
+        assert c.call("sidecar.stats")["entriesSwept"] == 0
+
+        sleep_until(expiry, margin=0.0)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            remaining = db_query(s.database, "SELECT id FROM entries")
+            if [r[0] for r in remaining] == [keep["id"]]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the expired entry was not swept: {remaining}")
+        # The table layout this test relies on.
+        columns = {r[1] for r in db_query(s.database, "PRAGMA table_info(entries)")}
+        assert {"seq", "id", "scope_pk", "content", "tags", "expires_us"} <= columns
+        assert db_query(
+            s.database, "SELECT count(*) FROM entries WHERE content = ?", (marker,)
+        ) == [(0,)]
+        assert db_query(
+            s.database,
+            "SELECT count(*) FROM entry_tags WHERE tag = ?",
+            ("sweep-tag-7f3a9c",),
+        ) == [(0,)]
+        stats = c.call("sidecar.stats")
+        assert stats["entriesSwept"] >= 1
+        assert stats["sweeps"] >= 1 and stats["sweepFailures"] == 0
+        begin(c, "r")
+        assert listing(c, "r", ref) == [keep]
+    # After a graceful stop (WAL checkpointed) no file holds the swept entry's bytes.
+    assert s.proc is not None and s.proc.returncode == 0
+    for path in workdir.iterdir():
+        if path.is_file():
+            data = path.read_bytes()
+            assert marker.encode() not in data, path.name
+            assert b"sweep-tag-7f3a9c" not in data, path.name
+
+
+# -- replay retention ---------------------------------------------------------------------
+
+
+def test_replay_past_retention_is_unavailable(workdir: Path) -> None:
+    with (
+        Sidecar(workdir, "--sweep-interval", "0.2", "--replay-retention", "1") as s,
+        s.client() as c,
+    ):
+        ref = issue(c)
+        begin(c, "w")  # stays open: the sweeper keeps it alive
+        a = put(c, "w", ref, "a", idempotencyKey="key-1")
+        first = begin(c, "ended")
+        assert listing(c, "ended", ref) == [a]
+        assert c.call("run.end", runId="ended") == {"ended": True}
+        d = put(c, "w", ref, "d")
+        held = begin(c, "held-open")
+        b = put(c, "w", ref, "b")
+        assert delete(c, "w", ref, d["id"]) is True
+        time.sleep(1.6)  # > retention (1 s) plus a sweep interval
+
+        err = c.error("run.begin", runId="ended", tenant=TENANT, replay=True)
+        check_envelope(err.error)
+        assert err.code == "replay_memory_snapshot_unavailable" and err.rpc_code == -32011
+        assert err.details.get("reason") == "retention_expired", err.error
+        assert err.details.get("runId") == "ended", err.error
+        for method, params in [
+            ("memory.list", {"memoryRef": ref}),
+            ("memory.get", {"memoryRef": ref, "id": a["id"]}),
+            ("memory.delete", {"memoryRef": ref, "id": a["id"]}),
+        ]:
+            assert_run_not_found(c.error(method, runId="ended", **params))
+
+        # An open run is kept within retention by its sidecar, so it still replays, and
+        # the sweeps kept the tombstone its older snapshot still needs.
+        assert listing(c, "held-open", ref) == [d, a]
+        assert get(c, "held-open", ref, d["id"]) == d
+        assert begin(c, "held-open", replay=True) == {**held, "resumed": True}
+
+        # The idempotency key was retained for the replay retention only.
+        again = put(c, "w", ref, "a", idempotencyKey="key-1")
+        assert again["id"] != a["id"]
+
+        # Without replay, the same id opens a fresh snapshot.
+        fresh = begin(c, "ended")
+        assert fresh["resumed"] is False
+        assert fresh["snapshotAt"] > first["snapshotAt"]
+        assert listing(c, "ended", ref) == [again, b, a]
+
+
+def test_replay_of_a_run_never_begun_is_unknown_run(client: SharedClient) -> None:
+    err = client.error("run.begin", runId="ghost", tenant=TENANT, replay=True)
+    check_envelope(err.error)
+    assert err.code == "replay_memory_snapshot_unavailable"
+    assert err.details == {"runId": "ghost", "reason": "unknown_run"}
+    assert begin(client, "ghost")["resumed"] is False
+
+
+# -- idempotency ----------------------------------------------------------------------------
+
+
+def test_idempotent_put_returns_the_first_entry(client: SharedClient) -> None:
+    ref = issue(client)
+    begin(client, "w")
+    first = put(client, "w", ref, "once", ["x", "y"], idempotencyKey="k")
+    assert put(client, "w", ref, "once", ["x", "y"], idempotencyKey="k") == first
+    # Another run of the tenant retrying into the same scope gets the same entry.
+    begin(client, "w2")
+    assert put(client, "w2", ref, "once", ["x", "y"], idempotencyKey="k") == first
+    # Empty and duplicate tags are normalised before the comparison.
+    assert put(client, "w2", ref, "once", ["x", "", "y", "x"], idempotencyKey="k") == first
+    begin(client, "r")
+    assert listing(client, "r", ref) == [first]
+
+
+def test_idempotent_put_after_delete_returns_the_deleted_entry(client: SharedClient) -> None:
+    ref = issue(client)
+    begin(client, "w")
+    first = put(client, "w", ref, "to be deleted", idempotencyKey="k-del")
+    assert delete(client, "w", ref, first["id"]) is True
+    assert put(client, "w", ref, "to be deleted", idempotencyKey="k-del") == first
+    begin(client, "r")
+    assert listing(client, "r", ref) == []  # nothing was written again
+    assert get(client, "r", ref, first["id"]) is None
+
+
+def test_idempotency_key_with_a_different_entry_is_conflict(client: SharedClient) -> None:
+    ref = issue(client)
+    begin(client, "w")
+    _, later = in_future(3600)
+    first = put(client, "w", ref, "original", ["t"], idempotencyKey="k-c")
+    changed: list[dict[str, Any]] = [
+        {"content": "CHANGED-CONTENT-91ad", "tags": ["t"]},
+        {"content": "original", "tags": ["t", "CHANGED-TAG-91ad"]},
+        {"content": "original"},
+        {"content": "original", "tags": ["t"], "expiresAt": later},
+    ]
+    for entry in changed:
+        err = put_error(client, "w", ref, entry, idempotencyKey="k-c")
+        assert err.code == "conflict" and err.rpc_code == -32009, err.error
+        assert "91ad" not in json.dumps(err.error)
+    begin(client, "r")
+    assert listing(client, "r", ref) == [first]
+
+
+def test_idempotency_keys_are_per_scope(client: SharedClient) -> None:
+    ref = issue(client)
+    other_agent = issue(client, agent="other")
+    other_ns = str(
+        client.call("memory.issueRef", tenant=TENANT, agent="agent", namespace="ns2")["memoryRef"]
+    )
+    plain = "plain-scope"
+    begin(client, "w")
+    entries = {r: put(client, "w", r, "same", idempotencyKey="k-s") for r in (ref, other_agent)}
+    entries[other_ns] = put(client, "w", other_ns, "same", idempotencyKey="k-s")
+    entries[plain] = put(client, "w", plain, "different content is fine here", idempotencyKey="k-s")
+    begin(client, "w-other-tenant", tenant="t-ttl-other")
+    other_tenant = issue(client, tenant="t-ttl-other")
+    entries[other_tenant] = put(
+        client, "w-other-tenant", other_tenant, "same", idempotencyKey="k-s"
+    )
+    entries["plain-other-tenant"] = put(
+        client, "w-other-tenant", plain, "same", idempotencyKey="k-s"
+    )
+    assert len({e["id"] for e in entries.values()}) == len(entries)
+    begin(client, "r")
+    for r in (ref, other_agent, other_ns, plain):
+        assert listing(client, "r", r) == [entries[r]]
+
+
+def test_concurrent_puts_with_one_key_write_once(client: SharedClient) -> None:
+    ref = issue(client)
+    begin(client, "w")
+    request = client.scoped(
+        {"runId": "w", "memoryRef": ref, "entry": {"content": "raced"}, "idempotencyKey": "r"}
+    )
+    lines = []
+    for _ in range(20):
+        client.next_id += 1
+        lines.append(
+            json.dumps(
+                {"jsonrpc": "2.0", "id": client.next_id, "method": "memory.put", "params": request}
+            )
+        )
+    client.sock.sendall(("\n".join(lines) + "\n").encode())
+    results = [client.read() for _ in lines]
+    assert all("result" in r for r in results), results
+    assert len({json.dumps(r["result"], sort_keys=True) for r in results}) == 1
+    begin(client, "r")
+    assert listing(client, "r", ref) == [results[0]["result"]]
