@@ -127,7 +127,9 @@ def load_settings(
         ) from None
     if settings.replay_retention <= 2 * settings.sweep_interval:
         raise ConfigError(
-            "invalid setting replay_retention: it must be more than twice sweep_interval, "
-            "so open runs are kept alive before their snapshots could expire"
+            f"invalid setting replay_retention (from {sources.get('replay_retention', 'defaults')})"
+            ": it must be more than twice sweep_interval (from "
+            f"{sources.get('sweep_interval', 'defaults')}), so open runs are kept alive before "
+            "their snapshots could expire"
         )
     return settings

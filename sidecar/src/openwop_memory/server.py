@@ -206,9 +206,23 @@ class Server:
             self._connections.discard(conn)
             if not self._connections:
                 self._no_connections.set()
+            await self._close(writer)
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        """Close a connection without ever waiting for good on a client that stopped reading.
+
+        A graceful close flushes what is buffered; during shutdown, or once the drain
+        timeout has passed, whatever a client did not read is dropped.
+        """
+        if not (self._stop.is_set() and writer.transport.get_write_buffer_size()):
             writer.close()
-            with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(self.settings.drain_timeout),
+                contextlib.suppress(OSError),
+            ):
                 await writer.wait_closed()
+        writer.transport.abort()
 
     async def _drain(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
         await listener.aclose()

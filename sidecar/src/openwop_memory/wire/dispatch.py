@@ -156,70 +156,62 @@ class Dispatcher:
 
     async def handle_line(self, line: bytes) -> bytes | None:
         """The response line (with its newline) for one request line, or ``None``."""
+        started = time.perf_counter()
         try:
             request = orjson.loads(line)
         except orjson.JSONDecodeError:
-            return self._reject(PARSE_ERROR, "the request is not valid UTF-8 JSON", "request")
+            return _line(self._refuse(_invalid(PARSE_ERROR, "not valid UTF-8 JSON"), started))
         if isinstance(request, list):
             if not request or len(request) > _MAX_BATCH:
-                return self._reject(
-                    INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests", "request"
-                )
-            answers = [a for a in [await self._dispatch_one(r) for r in request] if a is not None]
-            return orjson.dumps(answers) + b"\n" if answers else None
-        answer = await self._dispatch_one(request)
-        return None if answer is None else orjson.dumps(answer) + b"\n"
+                error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
+                return _line(self._refuse(error, started))
+            answers = [
+                a for a in [await self._dispatch_one(r, started) for r in request] if a is not None
+            ]
+            return _line(answers) if answers else None
+        answer = await self._dispatch_one(request, started)
+        return None if answer is None else _line(answer)
 
     def oversized(self) -> bytes:
         """The answer to a request line longer than ``max_request_bytes`` (counted, logged)."""
-        return self._reject(
-            INVALID_REQUEST,
-            f"the request line exceeds {self.max_request_bytes} bytes",
-            "request",
-            {"maxRequestBytes": self.max_request_bytes},
+        cap = self.max_request_bytes
+        error = _invalid(
+            INVALID_REQUEST, f"the request line exceeds {cap} bytes", maxRequestBytes=cap
         )
+        return _line(self._refuse(error, time.perf_counter()))
 
-    def _reject(
-        self, rpc_code: int, message: str, field: str, extra: dict[str, Any] | None = None
-    ) -> bytes:
-        return orjson.dumps(self._rejection(rpc_code, message, field, extra)) + b"\n"
-
-    def _rejection(
-        self,
-        rpc_code: int,
-        message: str,
-        field: str,
-        extra: dict[str, Any] | None = None,
-        request_id: Any = None,
+    def _refuse(
+        self, err: MemoryServiceError, started: float, request_id: Any = None, method: str = "-"
     ) -> dict[str, Any]:
-        self.service.stats.count("-", "validation_error")
-        log.info("request", method="-", outcome="validation_error", rpc_code=rpc_code)
-        err = ValidationError(message, {"field": field, **(extra or {})}, rpc_code=rpc_code)
+        """Count and log a request refused before any method ran; its response object."""
+        self.service.stats.count(method, err.code)
+        log.info(
+            "request",
+            method=method,
+            outcome=err.code,
+            rpc_code=err.wire_rpc_code,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
         return {"jsonrpc": "2.0", "error": _error_object(err), "id": request_id}
 
-    async def _dispatch_one(self, request: Any) -> dict[str, Any] | None:
+    async def _dispatch_one(self, request: Any, started: float) -> dict[str, Any] | None:
         problem = _shape_problem(request)
         if problem is not None:
             rid = request.get("id") if isinstance(request, dict) and _valid_id(request) else None
-            return self._rejection(
-                INVALID_REQUEST, f"not a JSON-RPC 2.0 request: {problem}", problem, request_id=rid
-            )
-        if self.inflight >= self.max_inflight:
-            err = RateLimitedError("the sidecar is at capacity", {"retryAfterMs": 50})
-            self.service.stats.count(str(request["method"])[:64], err.code)
-            return (
-                None
-                if "id" not in request
-                else {"jsonrpc": "2.0", "error": _error_object(err), "id": request["id"]}
-            )
+            error = _invalid(INVALID_REQUEST, f"not a JSON-RPC 2.0 request: {problem}", problem)
+            return self._refuse(error, started, rid)
         method = self._methods.get(request["method"])
+        refusal: MemoryServiceError | None = None
         if method is None:
-            self.service.stats.count("-", "not_found")
-            log.info("request", method="-", outcome="not_found")
-            if "id" not in request:
-                return None
-            error = _error_object(MethodNotFoundError("unknown method"))
-            return {"jsonrpc": "2.0", "error": error, "id": request["id"]}
+            refusal = MethodNotFoundError("unknown method")
+        elif self.inflight >= self.max_inflight:
+            refusal = RateLimitedError("the sidecar is at capacity", {"retryAfterMs": 50})
+        if refusal is not None:
+            # Only known method names are counted, so stats keys stay a closed set.
+            name = request["method"] if method is not None else "-"
+            answer = self._refuse(refusal, started, request.get("id"), name)
+            return answer if "id" in request else None
+        assert method is not None
         rpc_request = create_request(request)
         self.inflight += 1
         try:
@@ -240,6 +232,14 @@ class Dispatcher:
             return {"jsonrpc": "2.0", "error": error, "id": e.id}
         ok = response._value
         return {"jsonrpc": "2.0", "result": ok.result, "id": ok.id}
+
+
+def _invalid(rpc_code: int, message: str, field: str = "request", **extra: Any) -> ValidationError:
+    return ValidationError(message, {"field": field, **extra}, rpc_code=rpc_code)
+
+
+def _line(response: Any) -> bytes:
+    return orjson.dumps(response) + b"\n"
 
 
 def _valid_id(request: dict[str, Any]) -> bool:
