@@ -1,0 +1,124 @@
+"""A server under test in a subprocess: start, time to ready, memory and CPU, SIGTERM stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class ServerFailed(Exception):
+    """The server exited, or did not become ready in time; the message quotes its log tail."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    rss_kib: int
+    peak_kib: int  # VmHWM: the resident high-water mark since the process started
+
+
+@dataclass(frozen=True)
+class Stopped:
+    exit_code: int | None  # None: it ignored SIGTERM and was killed
+    seconds: float
+
+
+class ServerProcess:
+    """One server process whose stdout and stderr go to ``log_path``."""
+
+    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None):
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.started_at = time.perf_counter()
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.env
+            )
+
+    async def wait_ready(self, probe: Callable[[], Awaitable[bool]], *, within: float) -> float:
+        """Seconds from process start to the first probe that succeeds.
+
+        :raises ServerFailed: the process exited first, or ``timeout`` passed.
+        """
+        assert self.proc is not None, "not started"
+        deadline = self.started_at + within
+        while time.perf_counter() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerFailed(f"exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                ok = await asyncio.wait_for(probe(), timeout=2.0)
+            except (OSError, TimeoutError, ValueError, EOFError):
+                ok = False
+            if ok:
+                return time.perf_counter() - self.started_at
+            await asyncio.sleep(0.005)
+        raise ServerFailed(f"not ready within {within:g}s:\n{self.log_tail()}")
+
+    def check_alive(self) -> None:
+        """:raises ServerFailed: the process is gone."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ServerFailed(f"exited with {self.proc.returncode}:\n{self.log_tail()}")
+
+    def memory(self) -> Memory:
+        fields: dict[str, int] = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = int(value.split()[0])  # always reported in kB
+        return Memory(fields["VmRSS"], fields["VmHWM"])
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time of the process, all its threads included."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        # The command name (field 2) may hold spaces; the fields after it are positional.
+        rest = stat[stat.rindex(")") + 2 :].split()
+        return (int(rest[11]) + int(rest[12])) / _CLK_TCK
+
+    def stop(self, timeout: float) -> Stopped:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL."""
+        assert self.proc is not None, "not started"
+        started = time.perf_counter()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = None
+        return Stopped(code, time.perf_counter() - started)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log_tail(self, max_bytes: int = 4000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return "(no log)"
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0

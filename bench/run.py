@@ -1,0 +1,160 @@
+"""``make bench``: run every benchmark suite and print one table of results.
+
+Exit status 0 whatever the numbers are (this is a report; targets show as PASS/FAIL), 1 when
+a benchmark could not run to the end, 2 on bad options. A new suite is one more entry in
+:data:`SUITES`: an async function of the :class:`Options` and a fresh temporary directory,
+returning a :class:`~bench.report.SuiteResult`.
+
+Runs as ``python bench/run.py`` or ``python -m bench.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+if not __package__:
+    # Run as a script, sys.path[0] is bench/ itself; the suites import each other as bench.*.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+
+from bench.lean_client import ProtocolFailure, RpcError
+from bench.proc import ServerFailed
+from bench.report import Metric, SuiteResult, format_table
+from bench.sidecar_bench import BenchFailure, SidecarBenchConfig
+from bench.sidecar_bench import run as run_sidecar
+from bench.workdir import bench_workdir
+
+
+@dataclass(frozen=True)
+class Options:
+    entries: int
+    seconds: float
+    samples: int
+    warmup: int
+    clients: int
+    quick: bool
+    json: bool
+    keep: bool
+    profile: Path | None
+    profile_clock: Literal["wall", "cpu"]
+    sidecar_exe: str
+    sidecar_args: tuple[str, ...]
+
+
+async def sidecar_suite(options: Options, workdir: Path) -> SuiteResult:
+    config = SidecarBenchConfig(
+        workdir=workdir,
+        entries=options.entries,
+        seconds=options.seconds,
+        samples=options.samples,
+        warmup=options.warmup,
+        latency_blocks=10 if options.samples >= 100 else 1,
+        clients=options.clients,
+        sidecar_exe=options.sidecar_exe,
+        sidecar_args=options.sidecar_args,
+        profile=options.profile,
+        profile_clock=options.profile_clock,
+    )
+    return await run_sidecar(config)
+
+
+Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
+SUITES: list[tuple[str, Suite]] = [("sidecar", sidecar_suite)]
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="bench/run.py", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--entries", type=int, help="entries loaded into one scope (100000)")
+    parser.add_argument("--seconds", type=float, help="length of each throughput phase (5)")
+    parser.add_argument("--samples", type=int, help="sequential latency samples per method (3000)")
+    parser.add_argument("--warmup", type=int, help="unmeasured calls before each latency phase")
+    parser.add_argument("--clients", type=int, default=32, help="connections for throughput")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes for a smoke run (2000 entries, 1 s)"
+    )
+    parser.add_argument("--json", action="store_true", help="also print the results as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--profile", type=Path, help="run the sidecar under cProfile to this file")
+    parser.add_argument(
+        "--profile-clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="what --profile charges: elapsed time, or the thread's CPU time",
+    )
+    parser.add_argument(
+        "--sidecar-exe",
+        default="",
+        help="the openwop-memory executable to measure (default: the one in this venv)",
+    )
+    parser.add_argument(
+        "--sidecar-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra `openwop-memory serve` argument, repeatable: --sidecar-arg=--log-level=error",
+    )
+    args = parser.parse_args(argv)
+    quick = bool(args.quick)
+    options = Options(
+        entries=args.entries if args.entries is not None else (2000 if quick else 100_000),
+        seconds=args.seconds if args.seconds is not None else (1.0 if quick else 5.0),
+        samples=args.samples if args.samples is not None else (300 if quick else 3000),
+        warmup=args.warmup if args.warmup is not None else (30 if quick else 200),
+        clients=args.clients,
+        quick=quick,
+        json=bool(args.json),
+        keep=bool(args.keep),
+        profile=args.profile.resolve() if args.profile else None,
+        profile_clock=args.profile_clock,
+        sidecar_exe=args.sidecar_exe,
+        sidecar_args=tuple(args.sidecar_arg),
+    )
+    if options.entries < 1 or options.samples < 1 or options.warmup < 0 or options.clients < 1:
+        parser.error("--entries, --samples and --clients must be positive, --warmup >= 0")
+    if not 0 < options.seconds <= 600:
+        parser.error("--seconds must be in (0, 600]")
+    return options
+
+
+async def run_suites(options: Options) -> tuple[list[Metric], list[str]]:
+    metrics: list[Metric] = []
+    notes: list[str] = []
+    for name, suite in SUITES:
+        with bench_workdir(name, keep=options.keep) as workdir:
+            result = await suite(options, workdir)
+        metrics.extend(result.metrics)
+        notes.extend(result.notes)
+    return metrics, notes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(argv)
+    try:
+        metrics, notes = asyncio.run(run_suites(options))
+    except (BenchFailure, ServerFailed, ProtocolFailure, RpcError, TimeoutError, OSError) as exc:
+        print(f"bench: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except Exception:  # a bug in the bench itself: still a failed run, with its traceback
+        traceback.print_exc()
+        print("bench: FAILED", file=sys.stderr)
+        return 1
+    print(format_table(metrics))
+    for note in notes:
+        print(note)
+    if options.json:
+        print(orjson.dumps({"metrics": [m.as_json() for m in metrics]}).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,750 @@
+"""The sidecar benchmark: a real ``openwop-memory serve`` process measured from outside.
+
+Phases, in order: start a bare asyncio JSON echo server (its own process, the floor) and the
+sidecar (timed to its first healthy answer); a pipelined load of ``entries`` puts into one
+scope; memory after the load; one sequential client's echo/get/list/put latencies, sampled
+in alternating blocks so the floor and the sidecar see the same background load; get and put
+throughput with ``clients`` connections each doing one request at a time; memory again; a
+SIGTERM.
+
+Every phase is bounded in count and in time (``phase_timeout``); a phase that overruns, a
+server that dies, or a connection the server breaks fails the benchmark. Error answers and
+wrong answers are counted and reported, not fatal, because they are findings.
+
+The pieces (:class:`SidecarUnderTest`, :class:`EchoUnderTest`, :class:`Op`,
+:func:`interleaved_latencies`, :func:`throughput`, :func:`pipelined`) are meant for reuse by
+further suites.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import os
+import pstats
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import orjson
+
+from bench import echo, profile_sidecar
+from bench.lean_client import LeanClient, RpcError
+from bench.proc import ServerProcess, Stopped
+from bench.report import Metric, SuiteResult, Target
+
+TENANT = "bench"
+WRITER_RUN = "bench-writer"
+READER_RUN = "bench-reader"
+LIST_LIMIT = 100
+# Realistic workers register BYOK secrets, so every put pays for a redaction scan; none of
+# these values occurs in the generated content, so nothing is actually rewritten.
+SECRETS = [
+    {"id": "bench-key-1", "value": "bench-secret-value-0001-not-a-real-key"},
+    {"id": "bench-key-2", "value": "bench-secret-value-0002-not-a-real-key"},
+]
+_PHRASES = (
+    "the user prefers concise answers",
+    "deploy after the review of the draft",
+    "budget for the project is fixed",
+    "summary of the last tool result",
+    "retention of replay snapshots",
+    "plan step three needs a merge",
+    "context note about the tenant",
+    "the worker read the alert",
+)
+KIB_PER_MIB = 1024.0
+
+
+class BenchFailure(Exception):
+    """The benchmark could not produce its numbers (not: the numbers missed a target)."""
+
+
+@dataclass(frozen=True)
+class SidecarBenchConfig:
+    workdir: Path
+    entries: int = 100_000
+    seconds: float = 5.0  # each throughput phase
+    samples: int = 3000  # sequential latency samples per method
+    warmup: int = 200
+    latency_blocks: int = 10  # sequential latencies are sampled in this many alternating blocks
+    clients: int = 32
+    load_connections: int = 8
+    load_window: int = 64  # requests in flight per load connection (the sidecar allows 128)
+    content_chars: int = 300
+    max_ops_per_client: int = 200_000  # the count bound of a throughput phase
+    phase_timeout: float = 600.0
+    startup_timeout: float = 60.0
+    stop_timeout: float = 60.0
+    seed: int = 20261129
+    sidecar_exe: str = ""  # default: openwop-memory beside this interpreter
+    sidecar_args: tuple[str, ...] = ()
+    profile: Path | None = None  # run the sidecar under cProfile, dump the stats here
+    profile_clock: Literal["wall", "cpu"] = "wall"
+
+
+@dataclass
+class Errors:
+    """Error answers and wrong answers, by phase; the first few are kept for the report."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    samples: list[str] = field(default_factory=list)
+
+    def add(self, phase: str, what: str) -> None:
+        self.counts[phase] = self.counts.get(phase, 0) + 1
+        if len(self.samples) < 10:
+            self.samples.append(f"{phase}: {what[:300]}")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kind of request: fresh params per call, and a check of the result against them.
+
+    ``check`` returns a description of what is wrong, or ``None``. Building params and
+    checking results happen outside the timed region.
+    """
+
+    method: str
+    params: Callable[[], dict[str, Any]]
+    check: Callable[[dict[str, Any], Any], str | None]
+
+
+def default_sidecar_exe() -> str:
+    return shutil.which("openwop-memory", path=os.path.dirname(sys.executable)) or "openwop-memory"
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (NaN when empty)."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+class Content:
+    """Distinct entry contents of about ``chars`` characters, cheap enough to make per call."""
+
+    def __init__(self, rng: random.Random, chars: int) -> None:
+        self._texts = [self._text(rng, chars) for _ in range(257)]
+        self._n = 0
+
+    @staticmethod
+    def _text(rng: random.Random, chars: int) -> str:
+        phrases: list[str] = []
+        length = 0
+        while length < chars:
+            phrases.append(rng.choice(_PHRASES))
+            length += len(phrases[-1]) + 2
+        return ", ".join(phrases)[:chars]
+
+    def next_entry(self) -> dict[str, Any]:
+        self._n += 1
+        n = self._n
+        return {
+            "content": f"#{n} {self._texts[n % len(self._texts)]}",
+            "tags": ["bench", f"group:{n % 64}"],
+        }
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+async def attempt(client: LeanClient, op: Op, phase: str, errors: Errors) -> float | None:
+    """Seconds one call took, or ``None`` (counted in ``errors``) if it was not right."""
+    params = op.params()
+    try:
+        started = time.perf_counter()
+        result = await client.call(op.method, params)
+        elapsed = time.perf_counter() - started
+    except RpcError as exc:
+        errors.add(phase, f"error answer {exc.code}: {exc}")
+        return None
+    problem = op.check(params, result)
+    if problem is not None:
+        errors.add(phase, problem)
+        return None
+    return elapsed
+
+
+async def sequential_latencies(
+    client: LeanClient, op: Op, *, warmup: int, samples: int, phase: str, errors: Errors
+) -> list[float]:
+    """Sorted seconds of ``samples`` correct calls in a row, after ``warmup`` unmeasured ones."""
+    timings: list[float] = []
+    for i in range(warmup + samples):
+        elapsed = await attempt(client, op, phase, errors)
+        if elapsed is not None and i >= warmup:
+            timings.append(elapsed)
+    timings.sort()
+    return timings
+
+
+async def interleaved_latencies(
+    series: list[tuple[str, LeanClient, Op]],
+    *,
+    warmup: int,
+    samples: int,
+    blocks: int,
+    errors: Errors,
+) -> dict[str, list[float]]:
+    """Sorted seconds per series, sampled in alternating blocks rather than one after another.
+
+    On a shared host the background load drifts over minutes; taking every series a block at
+    a time spreads each over the same stretch of time, so their ratios compare like with like.
+    """
+    timings: dict[str, list[float]] = {name: [] for name, _, _ in series}
+    for name, client, op in series:
+        await sequential_latencies(
+            client, op, warmup=warmup, samples=0, phase=f"sequential {name}", errors=errors
+        )
+    for block in range(blocks):
+        # Spread the remainder so the blocks add up to exactly ``samples``.
+        count = samples // blocks + (1 if block < samples % blocks else 0)
+        for name, client, op in series:
+            timings[name] += await sequential_latencies(
+                client, op, warmup=0, samples=count, phase=f"sequential {name}", errors=errors
+            )
+    for values in timings.values():
+        values.sort()
+    return timings
+
+
+@dataclass(frozen=True)
+class Throughput:
+    ops: int
+    seconds: float
+    server_cpu: float  # seconds of the server's CPU (all its threads) during the phase
+    client_cpu: float  # seconds of this process's CPU during the phase
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else math.nan
+
+
+async def throughput(
+    server: ServerProcess,
+    socket_path: str,
+    op: Op,
+    *,
+    clients: int,
+    seconds: float,
+    max_ops_per_client: int,
+    phase: str,
+    errors: Errors,
+) -> Throughput:
+    """Correct calls per second with ``clients`` connections, each one request at a time."""
+    connections = [await LeanClient.connect(socket_path) for _ in range(clients)]
+    ops = 0
+    try:
+        # One unmeasured call per connection first, so the phase starts in steady state.
+        await asyncio.gather(*(attempt(c, op, phase, errors) for c in connections))
+        deadline = time.perf_counter() + seconds
+
+        async def worker(client: LeanClient) -> None:
+            nonlocal ops
+            for _ in range(max_ops_per_client):
+                if time.perf_counter() >= deadline:
+                    return
+                if await attempt(client, op, phase, errors) is not None:
+                    ops += 1
+
+        cpu0, own0, t0 = server.cpu_seconds(), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in connections))
+        elapsed = time.perf_counter() - t0
+        cpu1, own1 = server.cpu_seconds(), time.process_time()
+    finally:
+        for c in connections:
+            await c.close()
+    return Throughput(ops, elapsed, cpu1 - cpu0, own1 - own0)
+
+
+async def pipelined(
+    socket_path: str,
+    op: Op,
+    *,
+    count: int,
+    connections: int,
+    window: int,
+    phase: str,
+    errors: Errors,
+) -> tuple[list[Any], float]:
+    """``count`` calls over ``connections`` connections with ``window`` in flight on each.
+
+    Returns the correct results (in completion order) and the seconds it all took.
+    """
+    results: list[Any] = []
+    remaining = count
+    clients = [await LeanClient.connect(socket_path, pipelined=True) for _ in range(connections)]
+
+    async def worker(client: LeanClient) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            params = op.params()
+            try:
+                result = await client.call(op.method, params)
+            except RpcError as exc:
+                errors.add(phase, f"error answer {exc.code}: {exc}")
+                continue
+            problem = op.check(params, result)
+            if problem is None:
+                results.append(result)
+            else:
+                errors.add(phase, problem)
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(c) for c in clients for _ in range(window)))
+    finally:
+        for c in clients:
+            await c.close()
+    return results, time.perf_counter() - started
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+class EchoUnderTest:
+    """The echo server (:mod:`bench.echo`) in its own process, for the floor measurements.
+
+    ``op()`` is a get-shaped request whose answer must be its own params. The server idles
+    in epoll between uses, so it can stay up beside the sidecar without taking CPU from it.
+    """
+
+    def __init__(self, config: SidecarBenchConfig) -> None:
+        self.config = config
+        self.socket_path = str(config.workdir / "echo.sock")
+        self.process = ServerProcess(
+            [sys.executable, echo.__file__, "--socket", self.socket_path],
+            config.workdir / "echo.log",
+        )
+
+    @staticmethod
+    def op() -> Op:
+        params = {"runId": READER_RUN, "memoryRef": "owm1." + "x" * 54, "id": "mem_" + "a" * 22}
+        return Op(
+            "memory.get",
+            lambda: params,
+            lambda sent, result: None if result == sent else "echo answered something else",
+        )
+
+    async def _probe(self) -> bool:
+        async with await LeanClient.connect(self.socket_path) as c:
+            return bool(await c.call("ping", {"x": 1}) == {"x": 1})
+
+    async def __aenter__(self) -> EchoUnderTest:
+        self.process.start()
+        try:
+            await self.process.wait_ready(self._probe, within=self.config.startup_timeout)
+        except BaseException:
+            self.process.stop(self.config.stop_timeout)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.process.stop(self.config.stop_timeout)
+
+
+class SidecarUnderTest:
+    """``openwop-memory serve`` on a fresh socket and SQLite file in ``workdir``.
+
+    ``async with`` starts it and waits for a healthy ``sidecar.health`` (``startup_seconds``
+    is the time from process start to that answer); leaving stops it with SIGTERM and
+    records how in ``stopped``.
+    """
+
+    def __init__(self, config: SidecarBenchConfig) -> None:
+        self.config = config
+        self.socket_path = str(config.workdir / "sidecar.sock")
+        self.process = ServerProcess(self._argv(), config.workdir / "sidecar.log")
+        self.startup_seconds = math.nan
+        self.stopped: Stopped | None = None
+
+    def _argv(self) -> list[str]:
+        config = self.config
+        database = f"sqlite:///{config.workdir / 'memory.db'}"
+        serve = ["serve", "--socket", self.socket_path, "--database", database]
+        if config.profile is not None:
+            # Same process (RSS and CPU stay the sidecar's), plus the profiler's overhead.
+            return [
+                sys.executable,
+                profile_sidecar.__file__,
+                str(config.profile),
+                config.profile_clock,
+                *serve,
+                *config.sidecar_args,
+            ]
+        return [config.sidecar_exe or default_sidecar_exe(), *serve, *config.sidecar_args]
+
+    async def _healthy(self) -> bool:
+        async with await LeanClient.connect(self.socket_path) as c:
+            answer = await c.call("sidecar.health")
+            return isinstance(answer, dict) and answer.get("status") == "ok"
+
+    async def __aenter__(self) -> SidecarUnderTest:
+        self.process.start()
+        try:
+            self.startup_seconds = await self.process.wait_ready(
+                self._healthy, within=self.config.startup_timeout
+            )
+        except BaseException:
+            self.stopped = self.process.stop(self.config.stop_timeout)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stopped = self.process.stop(self.config.stop_timeout)
+
+
+# -- the sidecar's own view -----------------------------------------------------------------
+
+
+def _log_events(path: Path, start: int, end: int) -> list[dict[str, Any]]:
+    """The JSON log lines written between two byte offsets of the sidecar's log."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(max(0, end - start))
+    events = []
+    for line in data.splitlines():
+        if line.startswith(b"{"):
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+    return events
+
+
+def _handler_p50_us(events: list[dict[str, Any]], method: str) -> float:
+    """The median ``duration_ms`` the sidecar logged for ``method`` (NaN if it logs none)."""
+    durations = sorted(
+        float(e["duration_ms"]) * 1000
+        for e in events
+        if e.get("event") == "request"
+        and e.get("method") == method
+        and isinstance(e.get("duration_ms"), (int, float))
+    )
+    return percentile(durations, 0.50)
+
+
+def _error_log_lines(path: Path) -> list[str]:
+    """Error-level lines of the sidecar's log (found by substring: the log is large)."""
+    found = []
+    with open(path, "rb") as f:
+        for line in f:
+            if b'"level":"error"' in line or b'"level": "error"' in line:
+                found.append(line.decode(errors="replace").strip()[:300])
+    return found
+
+
+def _profile_summary(path: Path, top: int = 30) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# -- the suite ------------------------------------------------------------------------------
+
+
+def _us(seconds: float) -> float:
+    return seconds * 1e6
+
+
+def _mib(kib: int) -> float:
+    return kib / KIB_PER_MIB
+
+
+class _Workload:
+    """The ops of the measured phases, over one scope loaded with ``ids``."""
+
+    def __init__(self, ref: str, rng: random.Random, content: Content) -> None:
+        self.ref = ref
+        self.rng = rng
+        self.content = content
+        self.ids: list[str] = []
+
+    def put(self) -> Op:
+        def check(params: dict[str, Any], entry: Any) -> str | None:
+            ok = isinstance(entry, dict) and isinstance(entry.get("id"), str)
+            ok = ok and entry.get("content") == params["entry"]["content"]
+            return None if ok else f"put answered {str(entry)[:160]}"
+
+        return Op(
+            "memory.put",
+            lambda: {
+                "runId": WRITER_RUN,
+                "memoryRef": self.ref,
+                "entry": self.content.next_entry(),
+            },
+            check,
+        )
+
+    def get(self) -> Op:
+        def check(params: dict[str, Any], entry: Any) -> str | None:
+            ok = isinstance(entry, dict) and entry.get("id") == params["id"]
+            return None if ok else f"get {params['id']} answered {str(entry)[:160]}"
+
+        return Op(
+            "memory.get",
+            lambda: {
+                "runId": READER_RUN,
+                "memoryRef": self.ref,
+                "id": self.ids[self.rng.randrange(len(self.ids))],
+            },
+            check,
+        )
+
+    def list(self) -> Op:
+        expected = min(LIST_LIMIT, len(self.ids))
+        params = {"runId": READER_RUN, "memoryRef": self.ref, "options": {"limit": LIST_LIMIT}}
+
+        def check(_: dict[str, Any], entries: Any) -> str | None:
+            ok = isinstance(entries, list) and len(entries) == expected
+            return None if ok else f"list answered {str(entries)[:160]}"
+
+        return Op("memory.list", lambda: params, check)
+
+
+def _source_version() -> str:
+    """The git commit the sidecar is run from, and whether its tree differs (best effort)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "sidecar", "client"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    return f"git {head}, " + (
+        "with uncommitted changes in sidecar/ or client/" if dirty else "clean"
+    )
+
+
+class _Clock:
+    """Wall seconds per phase, for the notes: a slow run says where its time went."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, float]] = []
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases.append((phase, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.phases)
+
+
+async def run(config: SidecarBenchConfig) -> SuiteResult:
+    """All phases; the metrics in the order the table shows them.
+
+    :raises BenchFailure: a server died or misbehaved at the framing level.
+    :raises TimeoutError: a phase overran ``phase_timeout``.
+    """
+    result = SuiteResult()
+    metrics = result.metrics
+    errors = Errors()
+    rng = random.Random(config.seed)
+    # Taken before the sidecar starts: it is what the process imports (others may commit later).
+    source = _source_version()
+    load_before = os.getloadavg()[0]
+    clock = _Clock()
+
+    sidecar = SidecarUnderTest(config)
+    server = sidecar.process
+    floor = EchoUnderTest(config)
+    async with (
+        floor,
+        await LeanClient.connect(floor.socket_path) as echo_client,
+        sidecar,
+        await LeanClient.connect(sidecar.socket_path) as seq,
+    ):
+        clock.lap("start")
+        metrics.append(Metric("sidecar start to ready", sidecar.startup_seconds * 1000, "ms"))
+        issued = await seq.call("memory.issueRef", {"tenant": TENANT, "agent": "loader"})
+        work = _Workload(issued["memoryRef"], rng, Content(rng, config.content_chars))
+        await seq.call("run.begin", {"runId": WRITER_RUN, "tenant": TENANT, "secrets": SECRETS})
+
+        async with asyncio.timeout(config.phase_timeout):
+            stored, load_seconds = await pipelined(
+                sidecar.socket_path,
+                work.put(),
+                count=config.entries,
+                connections=config.load_connections,
+                window=config.load_window,
+                phase="load",
+                errors=errors,
+            )
+        server.check_alive()
+        clock.lap("load")
+        work.ids = [entry["id"] for entry in stored]
+        if not work.ids:
+            raise BenchFailure(f"the load stored nothing: {errors.samples}")
+        metrics.append(Metric("entries loaded into one scope", len(work.ids), "entries"))
+        metrics.append(
+            Metric("load throughput, pipelined puts", len(work.ids) / load_seconds, "ops/s")
+        )
+        after_load = server.memory()
+        metrics.append(
+            Metric("sidecar RSS after load", _mib(after_load.rss_kib), "MiB", Target("<", 80))
+        )
+        metrics.append(
+            Metric(
+                "sidecar peak RSS (VmHWM) after load",
+                _mib(after_load.peak_kib),
+                "MiB",
+                Target("<", 80),
+            )
+        )
+
+        # A run sees only what was committed before it began, so it begins after the load.
+        await seq.call("run.begin", {"runId": READER_RUN, "tenant": TENANT})
+
+        log_start = server.log_size()
+        async with asyncio.timeout(config.phase_timeout):
+            latencies = await interleaved_latencies(
+                [
+                    ("echo floor", echo_client, floor.op()),
+                    ("get", seq, work.get()),
+                    ("list(100)", seq, work.list()),
+                    ("put", seq, work.put()),
+                ],
+                warmup=config.warmup,
+                samples=config.samples,
+                blocks=config.latency_blocks,
+                errors=errors,
+            )
+        server.check_alive()
+        clock.lap("latencies")
+        events = _log_events(server.log_path, log_start, server.log_size())
+        handler_p50 = {
+            name: _handler_p50_us(events, method)
+            for name, method in (
+                ("get", "memory.get"),
+                ("list(100)", "memory.list"),
+                ("put", "memory.put"),
+            )
+        }
+        echo_timings = latencies.pop("echo floor")
+        echo_p50 = percentile(echo_timings, 0.50)
+
+        metrics.append(Metric("echo floor round trip p50", _us(echo_p50), "us"))
+        metrics.append(
+            Metric("echo floor round trip p99", _us(percentile(echo_timings, 0.99)), "us")
+        )
+        for name, timings in latencies.items():
+            metrics.append(Metric(f"{name} p50, 1 client", _us(percentile(timings, 0.50)), "us"))
+            metrics.append(Metric(f"{name} p99, 1 client", _us(percentile(timings, 0.99)), "us"))
+        for name, timings in latencies.items():
+            metrics.append(
+                Metric(
+                    f"{name} p50 / echo floor p50",
+                    percentile(timings, 0.50) / echo_p50,
+                    "x",
+                    Target("<=", 3) if name == "get" else None,
+                )
+            )
+        for name, p50 in handler_p50.items():
+            if not math.isnan(p50):
+                metrics.append(Metric(f"{name} p50 inside sidecar handler (its log)", p50, "us"))
+
+        for name, op, target in (
+            ("get", work.get(), None),
+            ("put", work.put(), Target(">=", 5000)),
+        ):
+            async with asyncio.timeout(config.phase_timeout + config.seconds):
+                tp = await throughput(
+                    server,
+                    sidecar.socket_path,
+                    op,
+                    clients=config.clients,
+                    seconds=config.seconds,
+                    max_ops_per_client=config.max_ops_per_client,
+                    phase=f"throughput {name}",
+                    errors=errors,
+                )
+            server.check_alive()
+            metrics.append(
+                Metric(f"{name} throughput, {config.clients} clients", tp.rate, "ops/s", target)
+            )
+            # CPU shares tell whether the sidecar or this client was the bottleneck.
+            for who, cpu in (("sidecar", tp.server_cpu), ("bench client", tp.client_cpu)):
+                metrics.append(
+                    Metric(f"{name} throughput: {who} CPU", 100 * cpu / tp.seconds, "% of a core")
+                )
+
+        clock.lap("throughput")
+        end = server.memory()
+        metrics.append(Metric("sidecar RSS at end", _mib(end.rss_kib), "MiB"))
+        metrics.append(Metric("sidecar peak RSS (VmHWM) at end", _mib(end.peak_kib), "MiB"))
+
+    clock.lap("stop")
+    stopped = sidecar.stopped
+    assert stopped is not None
+    metrics.append(Metric("sidecar stop after SIGTERM", stopped.seconds * 1000, "ms"))
+    exit_code = math.nan if stopped.exit_code is None else float(stopped.exit_code)
+    metrics.append(Metric("sidecar exit code after SIGTERM", exit_code, "", Target("==", 0)))
+    metrics.append(Metric("error or wrong answers", float(errors.total), "", Target("==", 0)))
+    error_lines = _error_log_lines(server.log_path)
+    metrics.append(Metric("sidecar error log lines", float(len(error_lines)), "", Target("==", 0)))
+
+    result.notes.append(f"sidecar source: {source}")
+    result.notes.append(
+        f"host: {os.cpu_count()} CPUs; 1-min load average {load_before:.2f} before,"
+        f" {os.getloadavg()[0]:.2f} after (the bench itself keeps about 2 busy)"
+    )
+    result.notes.append(f"phase seconds: {clock}")
+    if errors.total:
+        result.notes.append(f"error answers by phase: {errors.counts}")
+        result.notes.extend(f"  {s}" for s in errors.samples)
+    if error_lines:
+        result.notes.append("sidecar error log lines (first 5):")
+        result.notes.extend(f"  {line}" for line in error_lines[:5])
+    if stopped.exit_code != 0:
+        result.notes.append(f"sidecar log tail:\n{server.log_tail()}")
+    if config.profile is not None:
+        if config.profile.exists():
+            result.notes.append(
+                f"sidecar cProfile ({config.profile_clock} clock, all phases, event-loop thread"
+                f" only, profiler overhead included) saved to {config.profile};"
+                " top functions by own time:"
+            )
+            result.notes.append(_profile_summary(config.profile))
+        else:
+            result.notes.append(f"no profile was written to {config.profile}")
+    return result

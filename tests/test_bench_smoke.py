@@ -1,0 +1,63 @@
+"""``bench/run.py --quick`` runs end to end and reports every metric.
+
+Speed is deliberately not asserted (targets are for ``make bench`` on a quiet machine); only
+that the harness works and the sidecar answered correctly and stopped cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRIES = 2000
+
+METRICS = [
+    "sidecar start to ready",
+    "entries loaded into one scope",
+    "load throughput, pipelined puts",
+    "sidecar RSS after load",
+    "sidecar peak RSS (VmHWM) after load",
+    "echo floor round trip p50",
+    "echo floor round trip p99",
+    "get p50, 1 client",
+    "get p99, 1 client",
+    "list(100) p50, 1 client",
+    "list(100) p99, 1 client",
+    "put p50, 1 client",
+    "put p99, 1 client",
+    "get p50 / echo floor p50",
+    "list(100) p50 / echo floor p50",
+    "put p50 / echo floor p50",
+    "get throughput, 32 clients",
+    "put throughput, 32 clients",
+    "sidecar RSS at end",
+    "sidecar peak RSS (VmHWM) at end",
+    "sidecar stop after SIGTERM",
+    "sidecar exit code after SIGTERM",
+    "error or wrong answers",
+    "sidecar error log lines",
+]
+# Correctness rows, not speed: these must pass on any machine.
+MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidecar error log lines"]
+
+
+def test_quick_bench_prints_every_metric() -> None:
+    argv = [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json"]
+    argv += ["--entries", str(ENTRIES), "--seconds", "1", "--samples", "200", "--warmup", "20"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=100, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["metric", "value", "unit", "target", "pass/fail"]
+    table_rows = {line.split("  ")[0] for line in lines[2:] if "  " in line}
+    results = {m["metric"]: m for m in json.loads(lines[-1])["metrics"]}
+    for name in METRICS:
+        assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
+        assert name in results, f"no JSON result {name!r}"
+        assert results[name]["value"] is not None, f"{name!r} has no value"
+    for name in MUST_PASS:
+        assert results[name]["pass"] is True, f"{name}: {results[name]}\n{proc.stdout}"
+    assert results["entries loaded into one scope"]["value"] == ENTRIES
