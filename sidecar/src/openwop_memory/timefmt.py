@@ -6,6 +6,7 @@ sorts in time order (PROTOCOL.md, Objects).
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
@@ -24,9 +25,19 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
 def format_us(us: int) -> str:
-    """``2026-11-29T15:21:51.123456Z`` for ``us`` microseconds since the epoch."""
-    return (_EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """``2026-11-29T15:21:51.123456Z`` for ``us`` (0 to :data:`MAX_WIRE_US`) µs since the epoch.
+
+    Every entry of every list answer goes through here; entries written together share
+    their second, so the calendar part is cached.
+    """
+    seconds, micros = divmod(us, 1_000_000)
+    return f"{_second(seconds)}.{micros:06d}Z"
 
 
 def parse_rfc3339(text: str) -> int:

@@ -13,7 +13,7 @@ one place and never let a driver exception escape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +24,12 @@ class Scope:
     key: str
 
 
-@dataclass(frozen=True, slots=True)
-class EntryRow:
-    """A stored entry as the wire returns it (times in µs since the epoch)."""
+class EntryRow(NamedTuple):
+    """A stored entry as the wire returns it (times in µs since the epoch).
+
+    A named tuple because list answers build a hundred of these per call: it constructs
+    several times faster than a frozen dataclass.
+    """
 
     id: str
     content: str

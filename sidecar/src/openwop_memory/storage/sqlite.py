@@ -165,7 +165,12 @@ class SqliteStorage:
         self._next_reader = itertools.cycle(range(len(self._readers)))
 
     async def _connect(self, *, query_only: bool) -> aiosqlite.Connection:
-        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        # The writer lets the sqlite3 module open its transactions: it issues BEGIN IMMEDIATE
+        # together with the first write statement, which spares a round trip to the
+        # connection's thread on every commit. Readers never open one.
+        conn = await aiosqlite.connect(
+            self.path, isolation_level="IMMEDIATE" if not query_only else None
+        )
         try:
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             mode = (await _fetch(conn, "PRAGMA journal_mode = WAL"))[0][0]
@@ -260,7 +265,6 @@ class SqliteStorage:
         assert conn is not None
         try:
             with translate_errors():
-                await conn.execute("BEGIN IMMEDIATE")
                 try:
                     # Reserve one sequence number per op up front (an op uses at most one;
                     # unused ones leave harmless gaps), so the clock costs one statement.
@@ -295,10 +299,10 @@ class SqliteStorage:
                             " created_us) VALUES (?, ?, ?, ?, ?)",
                             txn.keys,
                         )
-                    await conn.execute("COMMIT")
+                    await conn.commit()
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error, ValueError):
-                        await conn.execute("ROLLBACK")
+                        await conn.rollback()
                     raise
         except MemoryServiceError as exc:
             for op in batch:
