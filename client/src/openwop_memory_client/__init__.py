@@ -26,8 +26,8 @@ from ._errors import (
     ValidationError,
     error_from_wire,
 )
-from ._models import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
 from ._sync_client import MemoryClient, MemoryRun
+from .wire import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
 
 __version__ = "0.1.0"
 

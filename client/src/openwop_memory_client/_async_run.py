@@ -34,7 +34,7 @@ from ._errors import (
     ReplaySnapshotUnavailableError,
     RunNotFoundError,
 )
-from ._models import MemoryEntry, RunBeginResult
+from .wire import MemoryEntry, RunBeginResult
 
 if TYPE_CHECKING:
     from ._async_client import AsyncMemoryClient

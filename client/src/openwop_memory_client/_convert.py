@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 import pydantic
 
 from ._errors import InternalError
-from ._models import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
+from .wire import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
 
 __all__ = [
     "EntryArg",

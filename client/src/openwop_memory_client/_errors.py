@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from .wire import INVALID_PARAMS, METHOD_NOT_FOUND
+
 __all__ = [
     "ConflictError",
     "ForbiddenError",
@@ -49,12 +51,6 @@ __all__ = [
     "ValidationError",
     "error_from_wire",
 ]
-
-# JSON-RPC 2.0 reserved codes used for protocol-level validation failures.
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 
 
 class OpenWopMemoryError(Exception):

@@ -21,7 +21,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
 from ._convert import EntryArg, OptionsArg, SecretsArg
-from ._models import MemoryEntry
+from .wire import MemoryEntry
 
 __all__ = ["MemoryClient", "MemoryRun"]
 

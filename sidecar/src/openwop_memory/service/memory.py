@@ -18,7 +18,7 @@ from openwop_memory_client import (
     SecretLeakageError,
     ValidationError,
 )
-from openwop_memory_client._models import (
+from openwop_memory_client.wire import (
     MAX_TAG_CHARS,
     DeleteParams,
     EntryInput,

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from openwop_memory_client import ValidationError
-from openwop_memory_client._models import MAX_SECRETS, SecretSpec
+from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
 
 from .redaction import Keyring
 

@@ -33,8 +33,9 @@ from openwop_memory_client import (
     RateLimitedError,
     ValidationError,
 )
-from openwop_memory_client._errors import INVALID_REQUEST, PARSE_ERROR
-from openwop_memory_client._models import (
+from openwop_memory_client.wire import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
     DeleteParams,
     EmptyParams,
     GetParams,

@@ -1,4 +1,5 @@
-"""Wire models of the openwop-memory protocol (PROTOCOL.md), shared by client and sidecar.
+"""Wire models and codes of the openwop-memory protocol (PROTOCOL.md), shared by client and
+sidecar (the sidecar imports them from here; this package never imports the sidecar).
 
 Params models are strict (a string is never coerced to an integer) and reject unknown
 fields. Limits that depend on the sidecar's configuration (entry size) or on the clock
@@ -13,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 __all__ = [
     "CONTROL_FREE",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
     "DeleteParams",
     "EmptyParams",
     "EntryInput",
@@ -28,6 +33,12 @@ __all__ = [
     "RunEndParams",
     "SecretSpec",
 ]
+
+# JSON-RPC 2.0 reserved codes used for protocol-level validation failures.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
 
 # No C0/C1 control characters and no DEL: these names end up in log lines and markers.
 CONTROL_FREE = r"^[^\x00-\x1f\x7f-\x9f]*$"
