@@ -4,19 +4,29 @@ One writer connection applies every write of this process. Writes queue up while
 is in flight and the next commit takes them all in one transaction (leader-follower group
 commit: the first waiting caller commits for everyone, so there is no background task);
 each caller is answered only after its commit. Reads go to a small pool of read-only
-connections, which WAL lets run beside the writer. Several processes may share the file:
-``BEGIN IMMEDIATE`` plus ``busy_timeout`` serialise their writers, and the clock row lives
-in the database, so commit order is global.
+aiosqlite connections, which WAL lets run beside the writer.
+
+The writer is a plain sqlite3 connection owned by one dedicated thread, and a whole
+transaction runs there as one function: aiosqlite costs a hand-off between the event loop
+and its thread per statement, and a group commit is five or more statements. Each
+hand-off is also a point where the writer thread must win the GIL back from a busy event
+loop, which capped write throughput well below what SQLite sustains.
+
+Several processes may share the file: ``BEGIN IMMEDIATE`` plus ``busy_timeout`` serialise
+their writers, and the clock row lives in the database, so commit order is global.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import secrets
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,7 +95,7 @@ class _Txn:
     latest createdAt committed before, so createdAt never goes backwards in commit order.
     """
 
-    conn: aiosqlite.Connection
+    conn: sqlite3.Connection
     seq: int
     last_us: int
     limit: int
@@ -100,7 +110,7 @@ class _Txn:
         return self.seq, self.last_us
 
 
-_OpFn = Callable[[_Txn], Awaitable[Any]]
+_OpFn = Callable[[_Txn], Any]  # runs on the writer thread, inside the transaction
 
 
 @dataclass
@@ -128,7 +138,8 @@ class SqliteStorage:
         self.busy_timeout_ms = busy_timeout_ms
         self.read_connections = read_connections
         self.max_batch = max_batch
-        self._writer: aiosqlite.Connection | None = None
+        self._writer: sqlite3.Connection | None = None
+        self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="openwop-memory-writer")
         self._readers: list[aiosqlite.Connection] = []
         self._next_reader: Iterator[int] = iter(())
         self._pending: list[_Op] = []
@@ -152,10 +163,10 @@ class SqliteStorage:
                 f"cannot create the database directory {directory}: {exc.strerror}"
             ) from None
         try:
-            self._writer = await self._connect(query_only=False)
-            await self._migrate(self._writer)
+            self._writer = await self._on_writer_thread(self._open_writer)
+            await self._on_writer_thread(self._migrate, self._writer)
             for _ in range(self.read_connections):
-                self._readers.append(await self._connect(query_only=True))
+                self._readers.append(await self._connect_reader())
         except sqlite3.Error as exc:
             await self.close()
             raise StorageStartupError(f"cannot open SQLite database {self.path}: {exc}") from None
@@ -164,41 +175,61 @@ class SqliteStorage:
             raise
         self._next_reader = itertools.cycle(range(len(self._readers)))
 
-    async def _connect(self, *, query_only: bool) -> aiosqlite.Connection:
-        # The writer lets the sqlite3 module open its transactions: it issues BEGIN IMMEDIATE
-        # together with the first write statement, which spares a round trip to the
-        # connection's thread on every commit. Readers never open one.
-        conn = await aiosqlite.connect(
-            self.path, isolation_level="IMMEDIATE" if not query_only else None
-        )
+    def _pragmas(self) -> list[str]:
+        return [
+            f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}",
+            "PRAGMA foreign_keys = ON",
+            f"PRAGMA synchronous = {self.synchronous}",
+            # Deleted and expired content is overwritten, not left in free pages.
+            "PRAGMA secure_delete = ON",
+            "PRAGMA journal_size_limit = 67108864",
+        ]
+
+    def _check_wal(self, mode: object) -> None:
+        if str(mode).lower() != "wal":
+            raise StorageStartupError(
+                f"SQLite refused WAL mode for {self.path} (journal_mode is {mode!r}); "
+                "put the database on a local filesystem that supports shared memory"
+            )
+
+    def _open_writer(self) -> sqlite3.Connection:
+        """On the writer thread: the writer connection (transactions opened explicitly)."""
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            self._check_wal(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            for pragma in self._pragmas():
+                conn.execute(pragma)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
         try:
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            mode = (await _fetch(conn, "PRAGMA journal_mode = WAL"))[0][0]
-            if str(mode).lower() != "wal":
-                raise StorageStartupError(
-                    f"SQLite refused WAL mode for {self.path} (journal_mode is {mode!r}); "
-                    "put the database on a local filesystem that supports shared memory"
-                )
-            await conn.execute("PRAGMA foreign_keys = ON")
-            await conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            # Deleted and expired content is overwritten, not left in free pages.
-            await conn.execute("PRAGMA secure_delete = ON")
-            await conn.execute("PRAGMA journal_size_limit = 67108864")
-            if query_only:
-                await conn.execute("PRAGMA query_only = ON")
+            self._check_wal((await _fetch(conn, "PRAGMA journal_mode = WAL"))[0][0])
+            for pragma in [*self._pragmas(), "PRAGMA query_only = ON"]:
+                await conn.execute(pragma)
         except BaseException:
             await conn.close()
             raise
         return conn
 
-    async def _migrate(self, conn: aiosqlite.Connection) -> None:
-        await conn.execute("BEGIN IMMEDIATE")
+    async def _on_writer_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer_thread, functools.partial(fn, *args))
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """On the writer thread: bring the schema up to date, or refuse a newer one."""
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            await conn.execute(
+            conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 "version INTEGER PRIMARY KEY, applied_us INTEGER NOT NULL)"
             )
-            rows = await _fetch(conn, "SELECT max(version) FROM schema_migrations")
+            rows = conn.execute("SELECT max(version) FROM schema_migrations").fetchall()
             current = rows[0][0] or 0
             if current > LATEST_VERSION:
                 raise StorageStartupError(
@@ -209,30 +240,35 @@ class SqliteStorage:
                 if version <= current:
                     continue
                 for statement in statements:
-                    await conn.execute(statement)
-                await conn.execute(
+                    conn.execute(statement)
+                conn.execute(
                     "INSERT INTO schema_migrations (version, applied_us) VALUES (?, ?)",
                     (version, wall_clock_us()),
                 )
-            await conn.execute(
+            conn.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('ref_mac_key', ?)",
                 (secrets.token_bytes(32),),
             )
-            await conn.execute("COMMIT")
+            conn.execute("COMMIT")
         except BaseException:
-            await conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise
         self._schema_version = LATEST_VERSION
 
     async def close(self) -> None:
         self._closed = True
+        await self._idle.wait()  # the commit in flight, and those queued behind it
         with contextlib.suppress(MemoryServiceError):
             await self.checkpoint("TRUNCATE")
-        for conn in [*self._readers, *([self._writer] if self._writer else [])]:
+        for conn in self._readers:
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await conn.close()
         self._readers.clear()
-        self._writer = None
+        if self._writer is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await self._on_writer_thread(self._writer.close)
+            self._writer = None
+        self._writer_thread.shutdown(wait=False)
 
     # -- group commit ------------------------------------------------------------------
 
@@ -261,49 +297,9 @@ class SqliteStorage:
         return op.result
 
     async def _commit(self, batch: list[_Op]) -> None:
-        conn = self._writer
-        assert conn is not None
         try:
             with translate_errors():
-                try:
-                    # Reserve one sequence number per op up front (an op uses at most one;
-                    # unused ones leave harmless gaps), so the clock costs one statement.
-                    now = wall_clock_us()
-                    seq, last_us = (
-                        await _fetch(
-                            conn,
-                            "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
-                            " RETURNING seq - ?, last_us",
-                            (len(batch), now, len(batch)),
-                        )
-                    )[0]
-                    txn = _Txn(conn, seq, last_us, limit=seq + len(batch))
-                    for op in batch:
-                        try:
-                            op.result = await op.fn(txn)
-                        except MemoryServiceError as exc:
-                            op.error = exc
-                    if txn.entries:
-                        await conn.executemany(
-                            "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us,"
-                            " expires_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            txn.entries,
-                        )
-                    if txn.tags:
-                        await conn.executemany(
-                            "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)", txn.tags
-                        )
-                    if txn.keys:
-                        await conn.executemany(
-                            "INSERT INTO idempotency (scope_pk, key, digest, entry_seq,"
-                            " created_us) VALUES (?, ?, ?, ?, ?)",
-                            txn.keys,
-                        )
-                    await conn.commit()
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error, ValueError):
-                        await conn.rollback()
-                    raise
+                await self._on_writer_thread(self._apply, batch)
         except MemoryServiceError as exc:
             for op in batch:
                 op.error = exc
@@ -316,18 +312,62 @@ class SqliteStorage:
             for op in batch:
                 op.done.set()
 
-    async def _scope_pk(self, txn: _Txn, scope: Scope) -> int:
+    def _apply(self, batch: list[_Op]) -> None:
+        """On the writer thread: run the batch's ops in one transaction and commit it.
+
+        An op's own refusal (a :class:`MemoryServiceError`) is its result and writes
+        nothing; any other failure rolls the whole transaction back and propagates.
+        """
+        conn = self._writer
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Reserve one sequence number per op up front (an op uses at most one; unused
+            # ones leave harmless gaps), so the clock costs one statement.
+            seq, last_us = conn.execute(
+                "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
+                " RETURNING seq - ?, last_us",
+                (len(batch), wall_clock_us(), len(batch)),
+            ).fetchone()
+            txn = _Txn(conn, seq, last_us, limit=seq + len(batch))
+            for op in batch:
+                try:
+                    op.result = op.fn(txn)
+                except MemoryServiceError as exc:
+                    op.error = exc
+            if txn.entries:
+                conn.executemany(
+                    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us,"
+                    " expires_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    txn.entries,
+                )
+            if txn.tags:
+                conn.executemany(
+                    "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)", txn.tags
+                )
+            if txn.keys:
+                conn.executemany(
+                    "INSERT INTO idempotency (scope_pk, key, digest, entry_seq, created_us)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    txn.keys,
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    def _scope_pk(self, txn: _Txn, scope: Scope) -> int:
         pk = self._scope_pks.get(scope)
         if pk is None:
-            await txn.conn.execute(
+            txn.conn.execute(
                 "INSERT OR IGNORE INTO scopes (tenant, key) VALUES (?, ?)",
                 (scope.tenant, scope.key),
             )
-            rows = await _fetch(
-                txn.conn,
+            rows = txn.conn.execute(
                 "SELECT scope_pk FROM scopes WHERE tenant = ? AND key = ?",
                 (scope.tenant, scope.key),
-            )
+            ).fetchall()
             pk = int(rows[0][0])
             self._scope_pks[scope] = pk
         return pk
@@ -342,18 +382,17 @@ class SqliteStorage:
     async def begin_run(
         self, run_id: str, tenant: str, *, replay: bool, now_us: int, retention_us: int
     ) -> RunRecord:
-        async def op(txn: _Txn) -> RunRecord:
-            rows = await _fetch(
-                txn.conn,
+        def op(txn: _Txn) -> RunRecord:
+            rows = txn.conn.execute(
                 "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
                 (run_id,),
-            )
+            ).fetchall()
             if rows:
                 owner, snap, snap_us, touched_us = rows[0]
                 if owner != tenant:
                     raise ForbiddenError("the run belongs to another tenant", {"runId": run_id})
                 if snap is not None and touched_us + retention_us > now_us:
-                    await txn.conn.execute(
+                    txn.conn.execute(
                         "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
                     )
                     return RunRecord(run_id, tenant, snap, snap_us, created=False)
@@ -370,7 +409,7 @@ class SqliteStorage:
             # Taken from the clock, so every entry inside the snapshot has createdAt <=
             # snapshotAt and every later one has createdAt >= snapshotAt.
             snap_us = txn.last_us
-            await txn.conn.execute(
+            txn.conn.execute(
                 "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
                 " snapshot_seq = excluded.snapshot_seq, snapshot_us = excluded.snapshot_us,"
@@ -386,8 +425,8 @@ class SqliteStorage:
         if not run_ids:
             return
 
-        async def op(txn: _Txn) -> None:
-            await txn.conn.executemany(
+        def op(txn: _Txn) -> None:
+            txn.conn.executemany(
                 "UPDATE runs SET touched_us = ? WHERE run_id = ? AND snapshot_seq IS NOT NULL",
                 [(now_us, r) for r in run_ids],
             )
@@ -395,11 +434,11 @@ class SqliteStorage:
         await self._write(op)
 
     async def put(self, request: PutRequest, now_us: int) -> EntryRow:
-        async def op(txn: _Txn) -> EntryRow:
-            scope_pk = await self._scope_pk(txn, request.scope)
+        def op(txn: _Txn) -> EntryRow:
+            scope_pk = self._scope_pk(txn, request.scope)
             key = request.idempotency_key
             if key is not None:
-                earlier = await self._keyed_entry(txn, scope_pk, key)
+                earlier = self._keyed_entry(txn, scope_pk, key)
                 if earlier is not None:
                     digest, row = earlier
                     if digest != request.digest:
@@ -435,27 +474,24 @@ class SqliteStorage:
         result: EntryRow = await self._write(op)
         return result
 
-    async def _keyed_entry(
-        self, txn: _Txn, scope_pk: int, key: str
-    ) -> tuple[bytes, EntryRow] | None:
+    def _keyed_entry(self, txn: _Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
         # Keys written earlier in this same (uncommitted) batch are still in txn.keys.
         for pk, k, digest, seq, _ in txn.keys:
             if pk == scope_pk and k == key:
                 e = next(e for e in txn.entries if e[0] == seq)
                 return digest, EntryRow(e[1], e[3], tuple(orjson.loads(e[4])), e[5], e[6])
-        rows = await _fetch(
-            txn.conn,
+        rows = txn.conn.execute(
             f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i"
             " JOIN entries e ON e.seq = i.entry_seq WHERE i.scope_pk = ? AND i.key = ?",
             (scope_pk, key),
-        )
+        ).fetchall()
         if not rows:
             return None
         return bytes(rows[0][0]), _row(rows[0][1:])
 
     async def delete(self, scope: Scope, entry_id: str, now_us: int) -> bool:
-        async def op(txn: _Txn) -> bool:
-            cursor = await txn.conn.execute(
+        def op(txn: _Txn) -> bool:
+            cursor = txn.conn.execute(
                 f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
                 " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)",
                 {
@@ -592,19 +628,13 @@ class SqliteStorage:
         return counts
 
     async def checkpoint(self, mode: Literal["PASSIVE", "TRUNCATE"]) -> None:
-        """Checkpoint the WAL between transactions (it cannot run inside one)."""
-        while self._committing:
-            await self._idle.wait()
-        if self._writer is None:
+        """Checkpoint the WAL. The writer thread runs whole transactions one at a time, so
+        this lands between two commits (a checkpoint cannot run inside a transaction)."""
+        conn = self._writer
+        if conn is None:
             return
-        self._committing = True
-        self._idle = anyio.Event()
-        try:
-            with anyio.CancelScope(shield=True), translate_errors():
-                await self._writer.execute(f"PRAGMA wal_checkpoint({mode})")
-        finally:
-            self._committing = False
-            self._idle.set()
+        with anyio.CancelScope(shield=True), translate_errors():
+            await self._on_writer_thread(conn.execute, f"PRAGMA wal_checkpoint({mode})")
 
     async def health(self) -> dict[str, object]:
         with translate_errors():
@@ -619,8 +649,7 @@ class SqliteStorage:
 
 
 def _statement(sql: str, params: tuple[Any, ...]) -> _OpFn:
-    async def op(txn: _Txn) -> int:
-        cursor = await txn.conn.execute(sql, params)
-        return max(cursor.rowcount, 0)
+    def op(txn: _Txn) -> int:
+        return max(txn.conn.execute(sql, params).rowcount, 0)
 
     return op
