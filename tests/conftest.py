@@ -1,12 +1,18 @@
-"""Shared fixtures: a real sidecar process per test on a fresh socket and SQLite file."""
+"""Shared fixtures, each on a real sidecar process with a real socket and SQLite file.
+
+``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``/``client``: one sidecar per
+test module (tests keep apart by their own names, see :mod:`support.names`; modules that
+need it override ``client`` with a :class:`support.shared.SharedClient`).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.sidecar import RawClient, Sidecar
+from support.sidecar import RawClient, Sidecar, module_sidecar
 
 
 @pytest.fixture
@@ -30,3 +36,35 @@ def sidecar(workdir: Path) -> Iterator[Sidecar]:
 def rpc(sidecar: Sidecar) -> Iterator[RawClient]:
     with sidecar.client() as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def shared_sidecar(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Sidecar]:
+    """One sidecar with default settings for all tests of the requesting module.
+
+    Its tests must leave it running, and keep apart by names of their own.
+    """
+    name = request.module.__name__.removeprefix("test_")
+    with module_sidecar(tmp_path_factory, name) as s:
+        yield s
+
+
+@pytest.fixture
+def client(shared_sidecar: Sidecar) -> Iterator[RawClient]:
+    """A plain connection of its own to the module's ``shared_sidecar``."""
+    with shared_sidecar.client() as c:
+        yield c
+
+
+@pytest.fixture
+def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings (``OPENWOP_MEMORY_*``) or a systemd ``NOTIFY_SOCKET`` inherited from the
+    caller are removed for the test, so they cannot leak into a sidecar it starts.
+
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("isolated_environment")``.
+    """
+    for name in list(os.environ):
+        if name.startswith("OPENWOP_MEMORY_") or name == "NOTIFY_SOCKET":
+            monkeypatch.delenv(name)

@@ -8,7 +8,6 @@ import contextlib
 import json
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,6 +36,7 @@ from openwop_memory_client import (
     SidecarUnavailableError,
     ValidationError,
 )
+from support.names import uid
 from support.schemas import check_capabilities, check_entry
 from support.sidecar import Sidecar
 
@@ -46,19 +46,8 @@ SECRET = "sk-live-0123456789abcdef"
 OTHER_SECRET = "pw-another-secret-value"
 
 
-def uid(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 def in_an_hour() -> str:
     return (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    """One sidecar for the tests that never stop it (each uses its own tenants and runs)."""
-    with Sidecar(tmp_path_factory.mktemp("async")) as s:
-        yield s
 
 
 @contextlib.contextmanager
@@ -142,11 +131,24 @@ async def line_proxy(path: Path, upstream: Path) -> AsyncIterator[ProxyState]:
         tg.cancel_scope.cancel()
 
 
+@contextlib.asynccontextmanager
+async def proxied_client(
+    upstream: Sidecar, tmp_path: Path
+) -> AsyncIterator[tuple[ProxyState, AsyncMemoryClient]]:
+    """An open ``AsyncMemoryClient`` whose connections to ``upstream`` run through a
+    :func:`line_proxy` at ``tmp_path / "p.sock"``; yields the proxy's state and the client."""
+    async with (
+        line_proxy(tmp_path / "p.sock", upstream.socket) as proxy,
+        AsyncMemoryClient(tmp_path / "p.sock") as client,
+    ):
+        yield proxy, client
+
+
 # -- round trips ---------------------------------------------------------------------------
 
 
-async def test_host_methods_round_trip(shared: Sidecar) -> None:
-    async with AsyncMemoryClient(shared.socket) as client:
+async def test_host_methods_round_trip(shared_sidecar: Sidecar) -> None:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         capabilities = await client.capabilities()
         check_capabilities({"capabilities": capabilities})
         assert capabilities["agents"]["memoryBackends"] == ["long-term"]
@@ -164,9 +166,9 @@ async def test_host_methods_round_trip(shared: Sidecar) -> None:
         assert raw == {"memoryRef": ref}
 
 
-async def test_run_round_trip_of_every_memory_method(shared: Sidecar) -> None:
+async def test_run_round_trip_of_every_memory_method(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         ref = await client.issue_ref(tenant, "agent")
         expires = in_an_hour()
         async with client.run(uid("w"), tenant, secrets={"openai": SECRET}) as writer:
@@ -200,9 +202,9 @@ async def test_run_round_trip_of_every_memory_method(shared: Sidecar) -> None:
             assert await later.list(ref) == [third, first]
 
 
-async def test_run_begin_end_and_resume(shared: Sidecar) -> None:
+async def test_run_begin_end_and_resume(shared_sidecar: Sidecar) -> None:
     tenant, run_id = uid("t"), uid("w")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         specs = [SecretSpec(id="openai", value=SECRET)]
         run = client.run(run_id, tenant, secrets=specs)
         with pytest.raises(RuntimeError):
@@ -220,18 +222,20 @@ async def test_run_begin_end_and_resume(shared: Sidecar) -> None:
         assert SECRET not in repr(run) and "secrets=1" in repr(run)
 
 
-async def test_run_end_is_sent_when_the_body_raises(shared: Sidecar) -> None:
+async def test_run_end_is_sent_when_the_body_raises(shared_sidecar: Sidecar) -> None:
     tenant, run_id = uid("t"), uid("w")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         with pytest.raises(KeyError):
             async with client.run(run_id, tenant):
                 raise KeyError("boom")
         assert await client.call("run.end", runId=run_id) == {"ended": False}
 
 
-async def test_many_concurrent_calls_share_one_connection(shared: Sidecar, tmp_path: Path) -> None:
+async def test_many_concurrent_calls_share_one_connection(
+    shared_sidecar: Sidecar, tmp_path: Path
+) -> None:
     tenant = uid("t")
-    async with line_proxy(tmp_path / "p.sock", shared.socket) as proxy:
+    async with line_proxy(tmp_path / "p.sock", shared_sidecar.socket) as proxy:
         async with AsyncMemoryClient(tmp_path / "p.sock") as client:
             ref = await client.issue_ref(tenant, "agent")
             written: dict[int, MemoryEntry] = {}
@@ -265,9 +269,9 @@ async def test_many_concurrent_calls_share_one_connection(shared: Sidecar, tmp_p
 # -- typed errors --------------------------------------------------------------------------
 
 
-async def test_validation_errors_are_typed(shared: Sidecar) -> None:
+async def test_validation_errors_are_typed(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         ref = await client.issue_ref(tenant, "agent")
         async with client.run(uid("w"), tenant) as run:
             with pytest.raises(ValidationError) as past:
@@ -285,9 +289,9 @@ async def test_validation_errors_are_typed(shared: Sidecar) -> None:
             assert "\ud800" not in str(surrogate.value) and "zq" not in str(surrogate.value)
 
 
-async def test_short_secret_is_refused_without_echoing_it(shared: Sidecar) -> None:
+async def test_short_secret_is_refused_without_echoing_it(shared_sidecar: Sidecar) -> None:
     short = "Xq7#zp1"  # 7 characters: below the 8-character minimum
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         with pytest.raises(ValidationError) as err:
             async with client.run(uid("w"), uid("t"), secrets={"k": short}):
                 pass
@@ -295,9 +299,9 @@ async def test_short_secret_is_refused_without_echoing_it(shared: Sidecar) -> No
         assert short not in str(err.value) + repr(err.value) + json.dumps(err.value.details)
 
 
-async def test_not_found_errors_are_typed(shared: Sidecar) -> None:
+async def test_not_found_errors_are_typed(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         ref = await client.issue_ref(tenant, "agent")
         with pytest.raises(RunNotFoundError) as run_err:
             await client.call("memory.get", runId=uid("never"), memoryRef=ref, id="x")
@@ -311,9 +315,9 @@ async def test_not_found_errors_are_typed(shared: Sidecar) -> None:
             await client.run(uid("ghost"), tenant).put(ref, {"content": "x"})
 
 
-async def test_forbidden_cross_tenant(shared: Sidecar) -> None:
+async def test_forbidden_cross_tenant(shared_sidecar: Sidecar) -> None:
     tenant_a, tenant_b, run_id = uid("a"), uid("b"), uid("w")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         ref_b = await client.issue_ref(tenant_b, "agent")
         async with client.run(run_id, tenant_a) as run:
             with pytest.raises(ForbiddenError) as put_err:
@@ -326,9 +330,9 @@ async def test_forbidden_cross_tenant(shared: Sidecar) -> None:
                 pass
 
 
-async def test_conflict_and_idempotent_resend_via_generic_call(shared: Sidecar) -> None:
+async def test_conflict_and_idempotent_resend_via_generic_call(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    async with AsyncMemoryClient(shared.socket) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         ref = await client.issue_ref(tenant, "agent")
         async with client.run(uid("w"), tenant) as run:
             params: dict[str, Any] = {"runId": run.run_id, "memoryRef": ref, "idempotencyKey": "k"}
@@ -343,8 +347,8 @@ async def test_conflict_and_idempotent_resend_via_generic_call(shared: Sidecar) 
             assert [e.to_wire() for e in await reader.list(ref)] == [first]
 
 
-async def test_replay_of_unknown_run_is_typed(shared: Sidecar) -> None:
-    async with AsyncMemoryClient(shared.socket) as client:
+async def test_replay_of_unknown_run_is_typed(shared_sidecar: Sidecar) -> None:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         with pytest.raises(ReplaySnapshotUnavailableError) as err:
             async with client.run(uid("never"), uid("t"), replay=True):
                 pass
@@ -367,9 +371,9 @@ async def test_secret_leakage_under_reject_policy(tmp_path: Path) -> None:
                 assert await reader.list(ref) == [clean]
 
 
-async def test_oversized_request_gets_its_error_not_a_timeout(shared: Sidecar) -> None:
+async def test_oversized_request_gets_its_error_not_a_timeout(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    async with AsyncMemoryClient(shared.socket, timeout=5) as client:
+    async with AsyncMemoryClient(shared_sidecar.socket, timeout=5) as client:
         ref = await client.issue_ref(tenant, "agent")
         async with client.run(uid("w"), tenant) as run:
             started = time.monotonic()
@@ -441,13 +445,10 @@ async def test_call_waits_for_a_sidecar_coming_back(sidecar: Sidecar) -> None:
 
 
 async def test_lost_answer_to_a_put_is_resent_without_a_duplicate(
-    shared: Sidecar, tmp_path: Path
+    shared_sidecar: Sidecar, tmp_path: Path
 ) -> None:
     tenant = uid("t")
-    async with (
-        line_proxy(tmp_path / "p.sock", shared.socket) as proxy,
-        AsyncMemoryClient(tmp_path / "p.sock") as client,
-    ):
+    async with proxied_client(shared_sidecar, tmp_path) as (proxy, client):
         ref = await client.issue_ref(tenant, "agent")
         puts_before = (await client.stats())["requests"].get("memory.put", {}).get("ok", 0)
         async with client.run(uid("w"), tenant) as run:
@@ -461,13 +462,10 @@ async def test_lost_answer_to_a_put_is_resent_without_a_duplicate(
 
 
 async def test_put_without_key_is_not_resent_when_its_fate_is_unknown(
-    shared: Sidecar, tmp_path: Path
+    shared_sidecar: Sidecar, tmp_path: Path
 ) -> None:
     tenant = uid("t")
-    async with (
-        line_proxy(tmp_path / "p.sock", shared.socket) as proxy,
-        AsyncMemoryClient(tmp_path / "p.sock") as client,
-    ):
+    async with proxied_client(shared_sidecar, tmp_path) as (proxy, client):
         ref = await client.issue_ref(tenant, "agent")
         async with client.run(uid("w"), tenant) as run:
             proxy.cut_put_answers = 1
@@ -533,17 +531,20 @@ async def test_client_must_be_open() -> None:
         AsyncMemoryClient("/x", timeout=0)
 
 
-async def test_errors_in_the_body_propagate_unwrapped(shared: Sidecar) -> None:
+async def test_errors_in_the_body_propagate_unwrapped(shared_sidecar: Sidecar) -> None:
     with pytest.raises(KeyError):
-        async with AsyncMemoryClient(shared.socket):
+        async with AsyncMemoryClient(shared_sidecar.socket):
             raise KeyError("mine")
     with pytest.raises(KeyError):
-        async with AsyncMemoryClient(shared.socket) as client, client.run(uid("w"), uid("t")):
+        async with (
+            AsyncMemoryClient(shared_sidecar.socket) as client,
+            client.run(uid("w"), uid("t")),
+        ):
             raise KeyError("mine")
 
 
-async def test_every_error_is_a_memory_service_error(shared: Sidecar) -> None:
-    async with AsyncMemoryClient(shared.socket) as client:
+async def test_every_error_is_a_memory_service_error(shared_sidecar: Sidecar) -> None:
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
         with pytest.raises(MemoryServiceError) as err:
             await client.call("run.end")  # runId missing
         assert type(err.value) is ValidationError and err.value.details["field"] == "runId"

@@ -9,8 +9,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from openwop_memory_client import (
     SidecarUnavailableError,
     ValidationError,
 )
+from support.names import uid
 from support.schemas import check_capabilities, check_entry
 from support.sidecar import Sidecar
 
@@ -34,20 +33,9 @@ SECRET = "sk-live-0123456789abcdef"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def uid(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    """One sidecar for the tests that never stop it (each uses its own tenants and runs)."""
-    with Sidecar(tmp_path_factory.mktemp("sync")) as s:
-        yield s
-
-
-def test_round_trip_of_every_method(shared: Sidecar) -> None:
+def test_round_trip_of_every_method(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    with MemoryClient(shared.socket) as client:
+    with MemoryClient(shared_sidecar.socket) as client:
         check_capabilities({"capabilities": client.capabilities()})
         assert client.health()["status"] == "ok"
         ref = client.issue_ref(tenant, "agent")
@@ -72,9 +60,9 @@ def test_round_trip_of_every_method(shared: Sidecar) -> None:
         assert SECRET not in repr(writer) and repr(writer).startswith("MemoryRun(")
 
 
-def test_threads_share_one_client(shared: Sidecar) -> None:
+def test_threads_share_one_client(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    with MemoryClient(shared.socket) as client:
+    with MemoryClient(shared_sidecar.socket) as client:
         ref = client.issue_ref(tenant, "agent")
         with client.run(uid("w"), tenant) as writer, ThreadPoolExecutor(8) as pool:
             written = list(pool.map(lambda i: writer.put(ref, {"content": f"n{i}"}), range(120)))
@@ -85,9 +73,9 @@ def test_threads_share_one_client(shared: Sidecar) -> None:
             assert len(reader.list(ref, {"limit": 1000})) == 120
 
 
-def test_typed_errors(shared: Sidecar) -> None:
+def test_typed_errors(shared_sidecar: Sidecar) -> None:
     tenant = uid("t")
-    with MemoryClient(shared.socket) as client:
+    with MemoryClient(shared_sidecar.socket) as client:
         ref = client.issue_ref(tenant, "agent")
         other_ref = client.issue_ref(uid("other"), "agent")
         with client.run(uid("w"), tenant) as run:
@@ -126,9 +114,9 @@ def test_restart_between_calls(sidecar: Sidecar) -> None:
             assert reader.list(ref) == [entry, hidden]
 
 
-def test_body_error_propagates_and_the_run_is_ended(shared: Sidecar) -> None:
+def test_body_error_propagates_and_the_run_is_ended(shared_sidecar: Sidecar) -> None:
     run_id = uid("w")
-    with MemoryClient(shared.socket) as client:
+    with MemoryClient(shared_sidecar.socket) as client:
         with pytest.raises(ZeroDivisionError), client.run(run_id, uid("t")):
             _ = 1 / 0
         assert client.call("run.end", runId=run_id) == {"ended": False}

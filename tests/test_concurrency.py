@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,25 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.polling import wait_for
 from support.sidecar import RawClient, RpcError, Sidecar
 
 TENANT = "tenant-concurrent"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("OPENWOP_MEMORY_") or name == "NOTIFY_SOCKET":
-            monkeypatch.delenv(name)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+pytestmark = pytest.mark.usefixtures("isolated_environment")
 
 
 def issue_refs(client: RawClient, count: int) -> list[str]:

@@ -29,11 +29,7 @@ TENANT = "tenant-config"
 SECRET = "config-test-secret-value"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("OPENWOP_MEMORY_") or name == "NOTIFY_SOCKET":
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("isolated_environment")
 
 
 def run_cli(

@@ -8,38 +8,23 @@ sees. The SQLite file itself is checked with ``sqlite3`` only while no sidecar r
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import sqlite3
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.polling import wait_for
 from support.sidecar import RawClient, Sidecar
 
 TENANT = "tenant-durable"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings or a systemd notify socket inherited from the caller must not leak in."""
-    for name in list(os.environ):
-        if name.startswith("OPENWOP_MEMORY_") or name == "NOTIFY_SOCKET":
-            monkeypatch.delenv(name)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+pytestmark = pytest.mark.usefixtures("isolated_environment")
 
 
 def sqlite_file_state(path: Path) -> tuple[list[str], str]:

@@ -8,40 +8,27 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.schemas import check_envelope
-from support.sidecar import RawClient, Sidecar
-from test_protocol_helpers import (
+from support.names import uid
+from support.protocol import (
     assert_healthy,
     begin,
     error_of,
     expect,
     invalid,
     later_list,
-    module_sidecar,
     pipeline,
     put,
     raw_answer,
     req,
-    uid,
 )
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    with module_sidecar(tmp_path_factory, "errs") as s:
-        yield s
+from support.schemas import check_envelope
+from support.sidecar import RawClient, Sidecar, module_sidecar
 
 
 @pytest.fixture(scope="module")
 def rejecting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     with module_sidecar(tmp_path_factory, "reject", "--redaction", "reject") as s:
         yield s
-
-
-@pytest.fixture
-def client(srv: Sidecar) -> Iterator[RawClient]:
-    with srv.client() as c:
-        yield c
 
 
 def ref_of(client: RawClient, tenant: str, agent: str = "a") -> str:
@@ -421,10 +408,10 @@ def test_rate_limited_when_at_capacity(tmp_path_factory: pytest.TempPathFactory)
 # -- no error carries content or a secret value --------------------------------------------
 
 
-def test_no_error_carries_content_or_secret_values(srv: Sidecar) -> None:
+def test_no_error_carries_content_or_secret_values(shared_sidecar: Sidecar) -> None:
     mark = uid("MARKER")  # distinctive: appears nowhere unless echoed
     secret = f"{mark}-secret"
-    with srv.client() as c:
+    with shared_sidecar.client() as c:
         t2_ref = ref_of(c, "t2")
         run_id = begin(c, secrets=[{"id": "k", "value": secret}])
         c.call(
@@ -517,5 +504,5 @@ def test_no_error_carries_content_or_secret_values(srv: Sidecar) -> None:
             assert "error" in answer, (line[:200], answer)
             check_envelope(answer["error"])
             assert answer["error"]["data"]["error"] != "internal_error", answer
-    assert_healthy(srv)
-    assert mark not in srv.log()
+    assert_healthy(shared_sidecar)
+    assert mark not in shared_sidecar.log()

@@ -16,30 +16,18 @@ import sqlite3
 import stat
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.polling import wait_for
 from support.sidecar import EXE, RawClient, Sidecar
 
 TENANT = "tenant-lifecycle"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("OPENWOP_MEMORY_") or name == "NOTIFY_SOCKET":
-            monkeypatch.delenv(name)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+pytestmark = pytest.mark.usefixtures("isolated_environment")
 
 
 def serve_to_exit(

@@ -12,43 +12,30 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.schemas import check_capabilities, check_envelope
-from support.sidecar import RawClient, Sidecar
-from test_protocol_helpers import (
+from support.names import uid
+from support.polling import eventually
+from support.protocol import (
     WIRE_TIME,
     assert_healthy,
     begin,
     checked_entry,
     error_of,
-    eventually,
     later_list,
-    module_sidecar,
     notification,
     pipeline,
     put,
     req,
-    uid,
 )
+from support.schemas import check_capabilities, check_envelope
+from support.sidecar import RawClient, Sidecar, module_sidecar
 
 SMALL_MAX = 4096  # --max-request-bytes for the size-cap tests (the flag's minimum is 1024)
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    with module_sidecar(tmp_path_factory, "proto") as s:
-        yield s
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     with module_sidecar(tmp_path_factory, "psmall", "--max-request-bytes", str(SMALL_MAX)) as s:
         yield s
-
-
-@pytest.fixture
-def client(srv: Sidecar) -> Iterator[RawClient]:
-    with srv.client() as c:
-        yield c
 
 
 def health_answer_is_next(client: RawClient, rid: Any = "after") -> dict[str, Any]:
@@ -360,11 +347,13 @@ def error_lines(sidecar: Sidecar) -> list[dict[str, Any]]:
     return [line for line in sidecar.log_lines() if line.get("level") in ("error", "critical")]
 
 
-def test_pipelined_then_disconnect_without_reading(srv: Sidecar, client: RawClient) -> None:
-    errors_before = len(error_lines(srv))
+def test_pipelined_then_disconnect_without_reading(
+    shared_sidecar: Sidecar, client: RawClient
+) -> None:
+    errors_before = len(error_lines(shared_sidecar))
     writer = begin(client)
     ref = uid("ref")
-    with srv.client() as quitter:
+    with shared_sidecar.client() as quitter:
         quitter.sock.sendall(
             b"".join(
                 req("memory.put", {"runId": writer, "memoryRef": ref, "entry": {"content": "q"}}, i)
@@ -372,11 +361,11 @@ def test_pipelined_then_disconnect_without_reading(srv: Sidecar, client: RawClie
                 for i in range(200)
             )
         )
-    assert_healthy(srv)
+    assert_healthy(shared_sidecar)
     # Whatever of it ran is whole; nothing went wrong inside the sidecar.
     seen = later_list(client, ref, limit=1000)
     assert len(seen) <= 200 and all(e["content"] == "q" for e in seen)
-    assert len(error_lines(srv)) == errors_before
+    assert len(error_lines(shared_sidecar)) == errors_before
 
 
 def test_many_pipelined_requests_with_a_slow_reader(client: RawClient) -> None:
@@ -410,28 +399,28 @@ def test_crlf_line_endings(client: RawClient) -> None:
     assert all(a["result"]["status"] == "ok" for a in answers)
 
 
-def test_half_line_then_disconnect_harms_no_one(srv: Sidecar, client: RawClient) -> None:
+def test_half_line_then_disconnect_harms_no_one(shared_sidecar: Sidecar, client: RawClient) -> None:
     ref = uid("ref")
     for _ in range(5):
-        with srv.client() as quitter:
+        with shared_sidecar.client() as quitter:
             writer = client.call("run.begin", runId=uid(), tenant="t1")["runId"]
             half = req("memory.put", {"runId": writer, "memoryRef": ref, "entry": {"content": "h"}})
             quitter.sock.sendall(half[: len(half) // 2])
             assert client.call("sidecar.health")["status"] == "ok"
     # Others are served normally, and the half lines were never executed.
     assert later_list(client, ref) == []
-    assert_healthy(srv)
-    assert "internal_error" not in srv.log()
+    assert_healthy(shared_sidecar)
+    assert "internal_error" not in shared_sidecar.log()
 
 
-def test_half_line_stall_does_not_block_others(srv: Sidecar, client: RawClient) -> None:
+def test_half_line_stall_does_not_block_others(shared_sidecar: Sidecar, client: RawClient) -> None:
     writer = begin(client)
     ref = uid("ref")
     line = req("memory.put", {"runId": writer, "memoryRef": ref, "entry": {"content": "s"}}, "s")
-    with srv.client(timeout=10) as staller:
+    with shared_sidecar.client(timeout=10) as staller:
         staller.sock.sendall(line[:20])
         # Another connection does real work while the first one stalls mid-line.
-        with srv.client() as other:
+        with shared_sidecar.client() as other:
             other_run = begin(other)
             put(other, other_run, uid("ref"), "meanwhile")
             assert other.call("sidecar.health")["status"] == "ok"
@@ -493,7 +482,7 @@ def test_paired_surrogate_escape_is_accepted(client: RawClient) -> None:
 @pytest.mark.parametrize(
     "literal", ["123456789012345678901234567890", "-123456789012345678901234567890", "1e400"]
 )
-def test_huge_numbers_never_crash(srv: Sidecar, client: RawClient, literal: str) -> None:
+def test_huge_numbers_never_crash(shared_sidecar: Sidecar, client: RawClient, literal: str) -> None:
     run_id = begin(client)
     params = {"runId": run_id, "memoryRef": "x", "options": {"limit": 424242}}
     as_limit = req("memory.list", params, "n").replace(b"424242", literal.encode())
@@ -512,7 +501,7 @@ def test_huge_numbers_never_crash(srv: Sidecar, client: RawClient, literal: str)
     else:
         assert answer["id"] == json.loads(literal)
     health_answer_is_next(client)
-    assert_healthy(srv)
+    assert_healthy(shared_sidecar)
 
 
 @pytest.mark.parametrize(
@@ -528,14 +517,16 @@ def test_huge_numbers_never_crash(srv: Sidecar, client: RawClient, literal: str)
     ],
     ids=["open-arrays", "balanced-arrays", "objects", "inside-params"],
 )
-def test_deep_nesting_does_not_crash(srv: Sidecar, client: RawClient, line: bytes) -> None:
+def test_deep_nesting_does_not_crash(
+    shared_sidecar: Sidecar, client: RawClient, line: bytes
+) -> None:
     answer = client.raw(line)
     responses = answer if isinstance(answer, list) else [answer]
     for response in responses:
         assert response["error"]["data"]["error"] == "validation_error", response
         check_envelope(response["error"])
     health_answer_is_next(client)
-    assert_healthy(srv)
+    assert_healthy(shared_sidecar)
 
 
 # -- the request size cap (sidecar started with --max-request-bytes 4096) --------------------

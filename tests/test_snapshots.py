@@ -6,7 +6,6 @@ Commit order is read back from the database file (read-only) where the wire cann
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -15,8 +14,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from support.protocol import assert_run_not_found
 from support.schemas import check_entry, check_envelope
-from support.sidecar import RawClient, RpcError, Sidecar
+from support.shared import SharedClient
+from support.sidecar import Pair, RawClient, RpcError, Sidecar, sidecars_sharing_a_database
 
 TENANT = "t-snap"
 
@@ -71,13 +72,6 @@ def ids(entries: list[dict[str, Any]]) -> list[str]:
     return [e["id"] for e in entries]
 
 
-def assert_run_not_found(err: RpcError) -> None:
-    check_envelope(err.error)
-    assert err.code == "not_found", err.error
-    assert err.rpc_code == -32004, err.error
-    assert err.details.get("resource") == "run", err.error
-
-
 def pipelined(c: SharedClient, requests: list[tuple[str, dict[str, Any]]]) -> list[Any]:
     """Send every request in one write (the sidecar handles them concurrently); results
     in request order. Raises on any error response."""
@@ -114,54 +108,11 @@ def commit_seqs(database: Path, entry_ids: list[str]) -> dict[str, int]:
 # -- a sidecar shared by this module's tests ----------------------------------------------
 
 
-class SharedClient(RawClient):
-    """A connection to the module's shared sidecar that keeps each test apart.
-
-    Every ``runId`` and ``tenant`` it sends carries a prefix unique to the test, and comes
-    back without it, so tests sharing one process never meet: runs are keyed by id, and
-    every scope, plain or issued, belongs to a tenant.
-    """
-
-    def __init__(self, path: Path, prefix: str) -> None:
-        super().__init__(path)
-        self.path = path
-        self.prefix = prefix
-
-    def scoped(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {
-            k: self.prefix + v if k in ("runId", "tenant") and isinstance(v, str) else v
-            for k, v in params.items()
-        }
-
-    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = super().request(method, None if params is None else self.scoped(params))
-        result = response.get("result")
-        if isinstance(result, dict):
-            for key in ("runId", "tenant"):
-                if isinstance(result.get(key), str):
-                    result[key] = result[key].removeprefix(self.prefix)
-        details = response.get("error", {}).get("data", {}).get("details")
-        if isinstance(details, dict) and isinstance(details.get("runId"), str):
-            details["runId"] = details["runId"].removeprefix(self.prefix)
-        return response
-
-
-_test_numbers = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def shared_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    with Sidecar(tmp_path_factory.mktemp("shared")) as s:
-        yield s
-
-
 @pytest.fixture
 def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
-    c = SharedClient(shared_sidecar.socket, f"s{next(_test_numbers)}:")
-    try:
+    """Overrides conftest's ``client``: these tests keep apart by per-test name prefixes."""
+    with SharedClient.connect(shared_sidecar) as c:
         yield c
-    finally:
-        c.close()
 
 
 # -- isolation ----------------------------------------------------------------------------
@@ -479,19 +430,10 @@ def test_an_evicted_run_keeps_its_snapshot(workdir: Path) -> None:
 # -- two processes, one database ----------------------------------------------------------
 
 
-Pair = tuple[Sidecar, Sidecar, RawClient, RawClient]
-
-
 @pytest.fixture
 def pair(workdir: Path) -> Iterator[Pair]:
-    database = workdir / "shared.db"
-    with (
-        Sidecar(workdir, database=database, socket_path=workdir / "a.sock") as a,
-        Sidecar(workdir, database=database, socket_path=workdir / "b.sock") as b,
-        a.client() as ca,
-        b.client() as cb,
-    ):
-        yield a, b, ca, cb
+    with sidecars_sharing_a_database(workdir) as sidecars:
+        yield sidecars
 
 
 def test_two_sidecars_share_commit_order(pair: Pair) -> None:

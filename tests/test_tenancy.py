@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +9,8 @@ from typing import Any, cast
 
 import pytest
 from support.schemas import check_entry, check_envelope
-from support.sidecar import RawClient, RpcError, Sidecar
+from support.shared import SharedClient
+from support.sidecar import RawClient, RpcError, Sidecar, sidecars_sharing_a_database
 
 A, B = "tenant-a", "tenant-b"
 SECRET_CONTENT = "CROSS-TENANT-PAYLOAD-5e1b"
@@ -80,54 +80,11 @@ def tampered(ref: str) -> list[str]:
 # -- a sidecar shared by this module's tests ----------------------------------------------
 
 
-class SharedClient(RawClient):
-    """A connection to the module's shared sidecar that keeps each test apart.
-
-    Every ``runId`` and ``tenant`` it sends carries a prefix unique to the test, and comes
-    back without it, so tests sharing one process never meet: runs are keyed by id, and
-    every scope, plain or issued, belongs to a tenant.
-    """
-
-    def __init__(self, path: Path, prefix: str) -> None:
-        super().__init__(path)
-        self.path = path
-        self.prefix = prefix
-
-    def scoped(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {
-            k: self.prefix + v if k in ("runId", "tenant") and isinstance(v, str) else v
-            for k, v in params.items()
-        }
-
-    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = super().request(method, None if params is None else self.scoped(params))
-        result = response.get("result")
-        if isinstance(result, dict):
-            for key in ("runId", "tenant"):
-                if isinstance(result.get(key), str):
-                    result[key] = result[key].removeprefix(self.prefix)
-        details = response.get("error", {}).get("data", {}).get("details")
-        if isinstance(details, dict) and isinstance(details.get("runId"), str):
-            details["runId"] = details["runId"].removeprefix(self.prefix)
-        return response
-
-
-_test_numbers = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def shared_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    with Sidecar(tmp_path_factory.mktemp("shared")) as s:
-        yield s
-
-
 @pytest.fixture
 def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
-    c = SharedClient(shared_sidecar.socket, f"s{next(_test_numbers)}:")
-    try:
+    """Overrides conftest's ``client``: these tests keep apart by per-test name prefixes."""
+    with SharedClient.connect(shared_sidecar) as c:
         yield c
-    finally:
-        c.close()
 
 
 # -- cross-tenant -------------------------------------------------------------------------
@@ -266,13 +223,7 @@ def test_refs_survive_a_restart(workdir: Path) -> None:
 
 
 def test_refs_are_identical_on_sidecars_sharing_a_database(workdir: Path) -> None:
-    database = workdir / "shared.db"
-    with (
-        Sidecar(workdir, database=database, socket_path=workdir / "a.sock") as a,
-        Sidecar(workdir, database=database, socket_path=workdir / "b.sock") as b,
-        a.client() as ca,
-        b.client() as cb,
-    ):
+    with sidecars_sharing_a_database(workdir) as (_a, _b, ca, cb):
         for tenant, agent, ns in [(A, "x", "default"), (B, "x", "n"), (A, "y", "n")]:
             assert issue(ca, tenant, agent, ns) == issue(cb, tenant, agent, ns)
         ref = issue(ca, A)

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
 import pytest
-from support.schemas import check_list_options
-from support.sidecar import RawClient, RpcError, Sidecar
-from test_protocol_helpers import (
+from support.names import uid
+from support.protocol import (
     WIRE_TIME,
     assert_healthy,
     begin,
@@ -23,24 +21,12 @@ from test_protocol_helpers import (
     expect,
     invalid,
     later_list,
-    module_sidecar,
     put,
     raw_answer,
     req,
-    uid,
 )
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    with module_sidecar(tmp_path_factory, "valid") as s:
-        yield s
-
-
-@pytest.fixture
-def client(srv: Sidecar) -> Iterator[RawClient]:
-    with srv.client() as c:
-        yield c
+from support.schemas import check_list_options
+from support.sidecar import RawClient, RpcError, Sidecar
 
 
 @pytest.fixture
@@ -480,7 +466,7 @@ def test_expires_at_near_future_accepted(client: RawClient, run: str) -> None:
     ],
 )
 def test_expires_at_far_future_never_breaks_the_scope(
-    srv: Sidecar, client: RawClient, run: str, expires: str, returned: str | None
+    shared_sidecar: Sidecar, client: RawClient, run: str, expires: str, returned: str | None
 ) -> None:
     ref = uid("ref")
     entry = {"content": "c", "expiresAt": expires}
@@ -499,7 +485,7 @@ def test_expires_at_far_future_never_breaks_the_scope(
         assert "result" in answer, answer
         assert checked_entry(answer["result"])["expiresAt"] == returned
         assert seen == [answer["result"]]
-    assert_healthy(srv)
+    assert_healthy(shared_sidecar)
 
 
 # -- secrets -------------------------------------------------------------------------------
@@ -668,9 +654,9 @@ class BigScope:
 
 
 @pytest.fixture(scope="module")
-def big(srv: Sidecar) -> BigScope:
+def big(shared_sidecar: Sidecar) -> BigScope:
     ref = uid("big")
-    with srv.client() as c:
+    with shared_sidecar.client() as c:
         writer = begin(c)
         entries: list[dict[str, Any]] = []
         first_chunk: set[str] = set()
@@ -787,8 +773,8 @@ class RefWorld:
 
 
 @pytest.fixture(scope="module")
-def world(srv: Sidecar) -> RefWorld:
-    with srv.client() as c:
+def world(shared_sidecar: Sidecar) -> RefWorld:
+    with shared_sidecar.client() as c:
         issued = c.call("memory.issueRef", tenant="t1", agent=uid("agent"))["memoryRef"]
         writer = begin(c)
         ids = [

@@ -13,7 +13,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    import pytest
 
 EXE = shutil.which("openwop-memory", path=os.path.dirname(sys.executable)) or "openwop-memory"
 
@@ -56,7 +59,7 @@ class RawClient:
         self.reader.close()
         self.sock.close()
 
-    def __enter__(self) -> RawClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -192,3 +195,33 @@ class Sidecar:
 def running(workdir: Path, *args: str, **kwargs: Any) -> Iterator[Sidecar]:
     with Sidecar(workdir, *args, **kwargs) as sidecar:
         yield sidecar
+
+
+@contextmanager
+def module_sidecar(factory: pytest.TempPathFactory, name: str, *args: str) -> Iterator[Sidecar]:
+    """A running sidecar (``serve`` with ``args``) in a fresh directory of ``factory`` named
+    after ``name``, stopped on exit; for fixtures shared by a whole module.
+
+    The directory is checked to be short enough for a Unix socket path (max ~107 bytes).
+    """
+    workdir = factory.mktemp(name)
+    assert len(str(workdir / "memory.sock")) < 100, workdir
+    with Sidecar(workdir, *args) as sidecar:
+        yield sidecar
+
+
+Pair = tuple[Sidecar, Sidecar, RawClient, RawClient]
+
+
+@contextmanager
+def sidecars_sharing_a_database(workdir: Path) -> Iterator[Pair]:
+    """Two running sidecars, A at ``workdir/a.sock`` and B at ``workdir/b.sock``, on one
+    SQLite file ``workdir/shared.db``; yields both and an open client of each (A's first)."""
+    database = workdir / "shared.db"
+    with (
+        Sidecar(workdir, database=database, socket_path=workdir / "a.sock") as a,
+        Sidecar(workdir, database=database, socket_path=workdir / "b.sock") as b,
+        a.client() as ca,
+        b.client() as cb,
+    ):
+        yield a, b, ca, cb

@@ -1,41 +1,23 @@
-"""Helpers shared by test_protocol*, test_validation* and test_errors* (no tests here).
+"""Requests, answers and errors on the wire, checked against PROTOCOL.md and its schemas.
 
-Everything talks to a real ``openwop-memory serve`` over its Unix socket; nothing is mocked.
+Every helper talks to a real ``openwop-memory serve`` through a :class:`RawClient`; nothing is
+mocked. The checking helpers (``checked_entry``, ``error_of``, ``expect``, ``put``, ...)
+assert what they promise and raise AssertionError otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
-import pytest
+from support.names import uid
 from support.schemas import check_entry, check_envelope
 from support.sidecar import RawClient, RpcError, Sidecar
-
-T = TypeVar("T")
 
 # PROTOCOL.md, Objects: RFC 3339 UTC, exactly six fractional digits, a `Z`.
 WIRE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 ENTRY_KEYS = {"id", "content", "tags", "createdAt", "expiresAt"}
-
-
-@contextmanager
-def module_sidecar(factory: pytest.TempPathFactory, name: str, *args: str) -> Iterator[Sidecar]:
-    """A sidecar for a whole module, in a short directory (socket paths max ~107 bytes)."""
-    workdir = factory.mktemp(name)
-    assert len(str(workdir / "memory.sock")) < 100, workdir
-    with Sidecar(workdir, *args) as sidecar:
-        yield sidecar
-
-
-def uid(prefix: str = "r") -> str:
-    """A fresh identifier, so tests sharing one sidecar never see each other's runs."""
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 def req(method: str, params: dict[str, Any] | None = None, rid: Any = 1) -> bytes:
@@ -47,6 +29,7 @@ def req(method: str, params: dict[str, Any] | None = None, rid: Any = 1) -> byte
 
 
 def notification(method: str, params: dict[str, Any] | None = None) -> bytes:
+    """One JSON-RPC notification line (no id, so no answer is due; without its newline)."""
     msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
     if params is not None:
         msg["params"] = params
@@ -89,6 +72,14 @@ def invalid(client: RawClient, method: str, **params: Any) -> RpcError:
     return expect(client, "validation_error", -32602, method, **params)
 
 
+def assert_run_not_found(err: RpcError) -> None:
+    """``err`` is a schema-valid ``not_found`` / -32004 whose ``details.resource`` is ``run``."""
+    check_envelope(err.error)
+    assert err.code == "not_found", err.error
+    assert err.rpc_code == -32004, err.error
+    assert err.details.get("resource") == "run", err.error
+
+
 def checked_entry(entry: Any) -> dict[str, Any]:
     """A MemoryEntry as PROTOCOL.md spells it: the schema, its keys and its time format."""
     check_entry(entry)
@@ -108,6 +99,7 @@ def begin(client: RawClient, tenant: str = "t1", **params: Any) -> str:
 
 
 def put(client: RawClient, run_id: str, ref: str, content: str, **entry: Any) -> dict[str, Any]:
+    """Put ``content`` (and the other ``entry`` fields) into ``ref``; the checked entry."""
     result = client.call(
         "memory.put", runId=run_id, memoryRef=ref, entry={"content": content, **entry}
     )
@@ -131,18 +123,6 @@ def pipeline(client: RawClient, lines: list[bytes]) -> list[Any]:
     """Send all ``lines`` in one write, then read as many answer lines."""
     client.sock.sendall(b"".join(line + b"\n" for line in lines))
     return [client.read() for _ in lines]
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 5.0) -> T:
-    """The first non-None result of ``probe``, polled until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def assert_healthy(sidecar: Sidecar) -> None:
