@@ -131,10 +131,12 @@ class Dispatcher:
         async def method(ctx: object, /, **params: Any) -> Any:
             started = time.perf_counter()
             err: MemoryServiceError | None = None
+            outcome = "cancelled"  # unless it ends otherwise: the client or a shutdown left
             try:
                 result = handler(service, model.model_validate(params))
                 if inspect.isawaitable(result):
                     result = await result
+                outcome = "ok"
                 return Success(result)
             except pydantic.ValidationError as exc:
                 err = validation_error_from(exc)
@@ -143,7 +145,8 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
                 err = _internal(exc)
             finally:
-                outcome = "ok" if err is None else err.code
+                if err is not None:
+                    outcome = err.code
                 stats.count(name, outcome)
                 log.info(
                     "request",
