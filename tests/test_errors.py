@@ -4,7 +4,9 @@ its envelope and its details; and the rule that no error carries content or a se
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -506,3 +508,35 @@ def test_no_error_carries_content_or_secret_values(shared_sidecar: Sidecar) -> N
             assert answer["error"]["data"]["error"] != "internal_error", answer
     assert_healthy(shared_sidecar)
     assert mark not in shared_sidecar.log()
+
+
+# -- upstream_unavailable: -32005 ----------------------------------------------------------
+
+
+def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
+    workdir: Path,
+) -> None:
+    with Sidecar(workdir, "--busy-timeout", "200ms") as sidecar, sidecar.client() as c:
+        ref = ref_of(c, "t1")
+        c.call("run.begin", runId="w", tenant="t1")
+        # Another process's writer holds the database's write lock past the busy timeout.
+        blocker = sqlite3.connect(str(sidecar.database), isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")
+            err = c.error("memory.put", runId="w", memoryRef=ref, entry={"content": "held"})
+            check_envelope(err.error)
+            assert err.rpc_code == -32005
+            assert err.code == "upstream_unavailable"
+            assert err.details["backend"] == "sqlite"
+            assert "held" not in json.dumps(err.error)
+            # Reads are not blocked by a writer in WAL mode, and health still answers.
+            assert c.call("memory.list", runId="w", memoryRef=ref) == []
+            assert c.call("sidecar.health")["status"] == "ok"
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        # Nothing half-written, and the next put goes through.
+        entry = c.call("memory.put", runId="w", memoryRef=ref, entry={"content": "after"})
+        c.call("run.begin", runId="r", tenant="t1")
+        assert c.call("memory.list", runId="r", memoryRef=ref) == [entry]
+        assert c.call("sidecar.stats")["requests"]["memory.put"]["upstream_unavailable"] == 1
