@@ -70,6 +70,7 @@ class Settings(BaseModel):
     synchronous: Literal["NORMAL", "FULL", "EXTRA"] = "NORMAL"
     busy_timeout: Seconds = 5.0
     read_connections: int = Field(2, ge=1, le=64)
+    inline_point_reads: bool = True
     max_open_runs: int = Field(10_000, ge=1)
     max_inflight: int = Field(4096, ge=1)
     log_format: Literal["json", "console"] = "json"

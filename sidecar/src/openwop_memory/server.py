@@ -49,6 +49,7 @@ def make_storage(settings: Settings) -> Storage:
             synchronous=settings.synchronous,
             busy_timeout_ms=int(settings.busy_timeout * 1000),
             read_connections=settings.read_connections,
+            inline_point_reads=settings.inline_point_reads,
         )
     raise StartupError("this build supports only sqlite:/// databases")
 

@@ -12,6 +12,12 @@ and its thread per statement, and a group commit is five or more statements. Eac
 hand-off is also a point where the writer thread must win the GIL back from a busy event
 loop, which capped write throughput well below what SQLite sustains.
 
+Point reads (an entry by id, a run by id) go the other way: by default they run inline on
+the event loop, on a read-only connection that never waits for a lock. A hand-off to a
+reader thread costs more (about 85 µs measured) than such a lookup (20-45 µs), and
+serving them inline doubled get throughput. If the database is busy, the read falls back to
+a reader thread. Lists, which can touch many pages, always go to reader threads.
+
 Several processes may share the file: ``BEGIN IMMEDIATE`` plus ``busy_timeout`` serialise
 their writers, and the clock row lives in the database, so commit order is global.
 """
@@ -131,12 +137,15 @@ class SqliteStorage:
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
         read_connections: int = 2,
+        inline_point_reads: bool = True,
         max_batch: int = 512,
     ) -> None:
         self.path = path
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.read_connections = read_connections
+        self.inline_point_reads = inline_point_reads
+        self._inline: sqlite3.Connection | None = None
         self.max_batch = max_batch
         self._writer: sqlite3.Connection | None = None
         self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="openwop-memory-writer")
@@ -167,6 +176,8 @@ class SqliteStorage:
             await self._on_writer_thread(self._migrate, self._writer)
             for _ in range(self.read_connections):
                 self._readers.append(await self._connect_reader())
+            if self.inline_point_reads:
+                self._inline = self._open_inline_reader()
         except sqlite3.Error as exc:
             await self.close()
             raise StorageStartupError(f"cannot open SQLite database {self.path}: {exc}") from None
@@ -204,6 +215,29 @@ class SqliteStorage:
             conn.close()
             raise
         return conn
+
+    def _open_inline_reader(self) -> sqlite3.Connection:
+        """The event loop's own read-only connection: it must never wait, so no busy timeout."""
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            self._check_wal(conn.execute("PRAGMA journal_mode").fetchone()[0])
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA query_only = ON")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _point_read(self, sql: str, params: Any) -> list[Any]:
+        """Rows of a lookup by key: inline when possible, else on a reader thread."""
+        with translate_errors():
+            if self._inline is not None and not self._closed:
+                try:
+                    return self._inline.execute(sql, params).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                        raise
+            return await _fetch(self._reader(), sql, params)
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
@@ -264,6 +298,9 @@ class SqliteStorage:
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await conn.close()
         self._readers.clear()
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
         if self._writer is not None:
             with contextlib.suppress(sqlite3.Error):
                 await self._on_writer_thread(self._writer.close)
@@ -518,13 +555,11 @@ class SqliteStorage:
         return self._readers[next(self._next_reader)]
 
     async def find_run(self, run_id: str, *, now_us: int, retention_us: int) -> RunRecord | None:
-        with translate_errors():
-            rows = await _fetch(
-                self._reader(),
-                "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
-                " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ?",
-                (run_id, now_us - retention_us),
-            )
+        rows = await self._point_read(
+            "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
+            " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ?",
+            (run_id, now_us - retention_us),
+        )
         if not rows:
             return None
         tenant, snap, snap_us = rows[0]
@@ -559,19 +594,17 @@ class SqliteStorage:
     async def get(
         self, scope: Scope, snapshot_seq: int, now_us: int, entry_id: str
     ) -> EntryRow | None:
-        with translate_errors():
-            rows = await _fetch(
-                self._reader(),
-                f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
-                f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}",
-                {
-                    "id": entry_id,
-                    "tenant": scope.tenant,
-                    "key": scope.key,
-                    "snap": snapshot_seq,
-                    "now": now_us,
-                },
-            )
+        rows = await self._point_read(
+            f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
+            f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}",
+            {
+                "id": entry_id,
+                "tenant": scope.tenant,
+                "key": scope.key,
+                "snap": snapshot_seq,
+                "now": now_us,
+            },
+        )
         return _row(rows[0]) if rows else None
 
     # -- maintenance ---------------------------------------------------------------------
