@@ -17,12 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openwop_memory import __version__
+from openwop_memory.config import Settings, load_settings
 from support.sidecar import EXE, RawClient, Sidecar
 
 TENANT = "tenant-config"
@@ -446,3 +448,11 @@ def test_python_dash_m_help() -> None:
         "--sweep-interval",
     ):
         assert flag in serve.stdout, flag
+
+
+def test_the_shipped_example_config_is_valid_and_names_every_setting() -> None:
+    example = Path(__file__).resolve().parents[1] / "systemd" / "openwop-memory.toml"
+    settings = load_settings({}, environ={}, config_file=str(example))
+    assert settings.socket == "/run/openwop-memory/memory.sock"
+    with example.open("rb") as f:
+        assert set(tomllib.load(f)) == set(Settings.model_fields)
