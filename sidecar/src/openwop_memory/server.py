@@ -123,7 +123,7 @@ class Server:
         assert self.service is not None
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_signals)
+                await tg.start(self._watch_signals)
                 tg.start_soon(Sweeper(self.service, self.settings).run)
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(self._accept, listener, conns)
@@ -235,8 +235,11 @@ class Server:
             log.warning("drain_timeout", abandoned_connections=len(self._connections))
         conns.cancel_scope.cancel()
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()  # handlers are in place before anyone is told we are ready
             async for signum in signals:
                 if self._stop.is_set():
                     log.warning("second_signal_exit", signal=signal.Signals(signum).name)

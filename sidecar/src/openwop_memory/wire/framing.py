@@ -52,11 +52,6 @@ class Connection:
         self._slot_free = asyncio.Event()
         self._reading = anyio.CancelScope()
 
-    @property
-    def busy(self) -> bool:
-        """Whether requests of this connection are being handled."""
-        return bool(self._tasks)
-
     def stop_reading(self) -> None:
         """Take no further requests; those already read are still answered."""
         self._reading.cancel()
