@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from support.polling import wait_for
 from support.protocol import assert_run_not_found
 from support.schemas import check_entry, check_envelope
 from support.shared import SharedClient
@@ -346,3 +347,29 @@ def test_concurrent_puts_with_one_key_write_once(client: SharedClient) -> None:
     assert len({json.dumps(r["result"], sort_keys=True) for r in results}) == 1
     begin(client, "r")
     assert listing(client, "r", ref) == [results[0]["result"]]
+
+
+def test_the_sweeper_survives_its_own_failures(workdir: Path) -> None:
+    args = ("--sweep-interval", "0.2", "--replay-retention", "2", "--busy-timeout", "50ms")
+    with Sidecar(workdir, *args) as sidecar, sidecar.client() as c:
+
+        def stats() -> dict[str, Any]:
+            return cast(dict[str, Any], c.call("sidecar.stats"))
+
+        wait_for(lambda: stats()["sweeps"] >= 1, 10, "a first sweep")
+        # Another writer holds the write lock longer than the sweeper may wait for it.
+        with closing(sqlite3.connect(str(sidecar.database), isolation_level=None)) as blocker:
+            blocker.execute("BEGIN IMMEDIATE")
+            try:
+                wait_for(lambda: stats()["sweepFailures"] >= 1, 10, "a failed sweep")
+                assert c.call("sidecar.health")["status"] == "ok"
+            finally:
+                blocker.execute("ROLLBACK")
+        failures = stats()["sweepFailures"]
+        sweeps = stats()["sweeps"]
+        wait_for(lambda: stats()["sweeps"] >= sweeps + 2, 10, "sweeps to resume")
+        assert stats()["sweepFailures"] == failures
+        lines = [
+            line for line in sidecar.log_lines() if line.get("event") in {"sweep", "sweep_failed"}
+        ]
+        assert any(line.get("failed_steps") for line in lines), lines[-3:]
