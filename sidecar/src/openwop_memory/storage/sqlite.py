@@ -194,6 +194,10 @@ class SqliteStorage:
             # Deleted and expired content is overwritten, not left in free pages.
             "PRAGMA secure_delete = ON",
             "PRAGMA journal_size_limit = 67108864",
+            # Checkpoint every 16 MiB of WAL instead of 4: a checkpoint runs inside the
+            # commit that triggers it, and fewer, larger ones cost a fifth less per put
+            # under sustained writes (measured). The sweeper checkpoints too.
+            "PRAGMA wal_autocheckpoint = 4000",
         ]
 
     def _check_wal(self, mode: object) -> None:
@@ -486,7 +490,7 @@ class SqliteStorage:
                     return row
             seq, created_us = txn.stamp()
             row = EntryRow(
-                id="mem_" + secrets.token_urlsafe(16),
+                id=_new_entry_id(created_us),
                 content=request.content,
                 tags=request.tags,
                 created_us=created_us,
@@ -679,6 +683,16 @@ class SqliteStorage:
             "schemaVersion": self._schema_version,
             "commitSeq": int(rows[0][0]),
         }
+
+
+def _new_entry_id(created_us: int) -> str:
+    """A unique, opaque entry id that sorts by creation time.
+
+    Random ids land on random pages of the id index, so every commit dirtied (and wrote to
+    the WAL) a page per entry; time-ordered ids append. The time part reveals nothing that
+    createdAt does not, and 80 random bits keep ids from different sidecars apart.
+    """
+    return f"mem_{created_us:013x}{secrets.token_hex(10)}"
 
 
 def _statement(sql: str, params: tuple[Any, ...]) -> _OpFn:
