@@ -1,16 +1,10 @@
 """SQLite storage (aiosqlite, WAL mode) with group commit.
 
-One writer connection applies every write of this process. Writes queue up while a commit
-is in flight and the next commit takes them all in one transaction (leader-follower group
-commit: the first waiting caller commits for everyone, so there is no background task);
-each caller is answered only after its commit. Reads go to a small pool of read-only
-aiosqlite connections, which WAL lets run beside the writer.
+One writer connection applies every write of this process, each caller answered only after
+its commit. Reads go to a small pool of read-only aiosqlite connections, which WAL lets run
+beside the writer.
 
-The writer is a plain sqlite3 connection owned by one dedicated thread, and a whole
-transaction runs there as one function: aiosqlite costs a hand-off between the event loop
-and its thread per statement, and a group commit is five or more statements. Each
-hand-off is also a point where the writer thread must win the GIL back from a busy event
-loop, which capped write throughput well below what SQLite sustains.
+Writes go through group commit on a dedicated writer thread (:mod:`.sqlite_writer`).
 
 Point reads (an entry by id, a run by id) go the other way: by default they run inline on
 the event loop, on a read-only connection that never waits for a lock. A hand-off to a
@@ -24,16 +18,12 @@ their writers, and the clock row lives in the database, so commit order is globa
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import itertools
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import aiosqlite
@@ -50,7 +40,9 @@ from openwop_memory_client import (
 
 from ..timefmt import now_us as wall_clock_us
 from .base import EntryRow, PutRequest, RunRecord, Scope, StorageStartupError, SweepCounts
+from .sqlite_errors import translate_errors
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
+from .sqlite_writer import GroupCommit, OpFn, Txn
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -67,22 +59,6 @@ _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries
 _MARKER_RETENTIONS = 4
 
 
-@contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn any sqlite3 error into :class:`UpstreamUnavailableError` (the one place we do)."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        reason = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-        raise UpstreamUnavailableError(
-            "the SQLite database is failing", {"backend": "sqlite", "reason": reason}
-        ) from None
-    except ValueError as exc:  # aiosqlite raises ValueError on a closed connection
-        raise UpstreamUnavailableError(
-            "the SQLite database is closed", {"backend": "sqlite", "reason": "closed"}
-        ) from exc
-
-
 async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
     return list(await conn.execute_fetchall(sql, params))
 
@@ -91,40 +67,6 @@ def _row(r: Any) -> EntryRow:
     return EntryRow(
         id=r[0], content=r[1], tags=tuple(orjson.loads(r[2])), created_us=r[3], expires_us=r[4]
     )
-
-
-@dataclass
-class _Txn:
-    """State of one group-commit transaction: the clock as the ops advance it.
-
-    ``last_us`` is already the transaction's createdAt: the wall clock, pulled up to the
-    latest createdAt committed before, so createdAt never goes backwards in commit order.
-    """
-
-    conn: sqlite3.Connection
-    seq: int
-    last_us: int
-    limit: int
-    entries: list[tuple[Any, ...]] = field(default_factory=list)
-    tags: list[tuple[Any, ...]] = field(default_factory=list)
-    keys: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def stamp(self) -> tuple[int, int]:
-        """The next reserved sequence number, and the createdAt to go with it."""
-        self.seq += 1
-        assert self.seq <= self.limit
-        return self.seq, self.last_us
-
-
-_OpFn = Callable[[_Txn], Any]  # runs on the writer thread, inside the transaction
-
-
-@dataclass
-class _Op:
-    fn: _OpFn
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
-    error: BaseException | None = None
 
 
 class SqliteStorage:
@@ -147,14 +89,9 @@ class SqliteStorage:
         self.inline_point_reads = inline_point_reads
         self._inline: sqlite3.Connection | None = None
         self.max_batch = max_batch
-        self._writer: sqlite3.Connection | None = None
-        self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="openwop-memory-writer")
+        self._writer = GroupCommit(max_batch=max_batch)
         self._readers: list[aiosqlite.Connection] = []
         self._next_reader: Iterator[int] = iter(())
-        self._pending: list[_Op] = []
-        self._committing = False
-        self._idle = anyio.Event()
-        self._idle.set()
         self._closed = False
         self._scope_pks: dict[Scope, int] = {}
         self._schema_version = 0
@@ -172,8 +109,7 @@ class SqliteStorage:
                 f"cannot create the database directory {directory}: {exc.strerror}"
             ) from None
         try:
-            self._writer = await self._on_writer_thread(self._open_writer)
-            await self._on_writer_thread(self._migrate, self._writer)
+            await self._writer.run(self._migrate, await self._writer.start(self._open_writer))
             for _ in range(self.read_connections):
                 self._readers.append(await self._connect_reader())
             if self.inline_point_reads:
@@ -255,10 +191,6 @@ class SqliteStorage:
             raise
         return conn
 
-    async def _on_writer_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer_thread, functools.partial(fn, *args))
-
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """On the writer thread: bring the schema up to date, or refuse a newer one."""
         conn.execute("BEGIN IMMEDIATE")
@@ -295,9 +227,7 @@ class SqliteStorage:
 
     async def close(self) -> None:
         self._closed = True
-        await self._idle.wait()  # the commit in flight, and those queued behind it
-        with contextlib.suppress(MemoryServiceError):
-            await self.checkpoint("TRUNCATE")
+        await self._writer.close()
         for conn in self._readers:
             with contextlib.suppress(sqlite3.Error, ValueError):
                 await conn.close()
@@ -305,100 +235,8 @@ class SqliteStorage:
         if self._inline is not None:
             self._inline.close()
             self._inline = None
-        if self._writer is not None:
-            with contextlib.suppress(sqlite3.Error):
-                await self._on_writer_thread(self._writer.close)
-            self._writer = None
-        self._writer_thread.shutdown(wait=False)
 
-    # -- group commit ------------------------------------------------------------------
-
-    async def _write(self, fn: _OpFn) -> Any:
-        if self._closed or self._writer is None:
-            raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
-        op = _Op(fn)
-        self._pending.append(op)
-        if not self._committing:
-            self._committing = True
-            self._idle = anyio.Event()
-            # Shielded: the leader commits for others too, so its caller going away must
-            # not abandon a half-applied batch.
-            with anyio.CancelScope(shield=True):
-                try:
-                    while self._pending:
-                        batch = self._pending[: self.max_batch]
-                        del self._pending[: self.max_batch]
-                        await self._commit(batch)
-                finally:
-                    self._committing = False
-                    self._idle.set()
-        await op.done.wait()
-        if op.error is not None:
-            raise op.error
-        return op.result
-
-    async def _commit(self, batch: list[_Op]) -> None:
-        try:
-            with translate_errors():
-                await self._on_writer_thread(self._apply, batch)
-        except MemoryServiceError as exc:
-            for op in batch:
-                op.error = exc
-                op.result = None
-        except Exception:  # noqa: BLE001 - a bug: fail the batch's callers, never leave them waiting
-            for op in batch:
-                op.error = UpstreamUnavailableError("the write failed", {"backend": "sqlite"})
-                op.result = None
-        finally:
-            for op in batch:
-                op.done.set()
-
-    def _apply(self, batch: list[_Op]) -> None:
-        """On the writer thread: run the batch's ops in one transaction and commit it.
-
-        An op's own refusal (a :class:`MemoryServiceError`) is its result and writes
-        nothing; any other failure rolls the whole transaction back and propagates.
-        """
-        conn = self._writer
-        assert conn is not None
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Reserve one sequence number per op up front (an op uses at most one; unused
-            # ones leave harmless gaps), so the clock costs one statement.
-            seq, last_us = conn.execute(
-                "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
-                " RETURNING seq - ?, last_us",
-                (len(batch), wall_clock_us(), len(batch)),
-            ).fetchone()
-            txn = _Txn(conn, seq, last_us, limit=seq + len(batch))
-            for op in batch:
-                try:
-                    op.result = op.fn(txn)
-                except MemoryServiceError as exc:
-                    op.error = exc
-            if txn.entries:
-                conn.executemany(
-                    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us,"
-                    " expires_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    txn.entries,
-                )
-            if txn.tags:
-                conn.executemany(
-                    "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)", txn.tags
-                )
-            if txn.keys:
-                conn.executemany(
-                    "INSERT INTO idempotency (scope_pk, key, digest, entry_seq, created_us)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    txn.keys,
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-
-    def _scope_pk(self, txn: _Txn, scope: Scope) -> int:
+    def _scope_pk(self, txn: Txn, scope: Scope) -> int:
         pk = self._scope_pks.get(scope)
         if pk is None:
             txn.conn.execute(
@@ -423,7 +261,7 @@ class SqliteStorage:
     async def begin_run(
         self, run_id: str, tenant: str, *, replay: bool, now_us: int, retention_us: int
     ) -> RunRecord:
-        def op(txn: _Txn) -> RunRecord:
+        def op(txn: Txn) -> RunRecord:
             rows = txn.conn.execute(
                 "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
                 (run_id,),
@@ -459,23 +297,23 @@ class SqliteStorage:
             )
             return RunRecord(run_id, tenant, txn.seq, snap_us, created=True)
 
-        result: RunRecord = await self._write(op)
+        result: RunRecord = await self._writer.write(op)
         return result
 
     async def touch_runs(self, run_ids: list[str], now_us: int) -> None:
         if not run_ids:
             return
 
-        def op(txn: _Txn) -> None:
+        def op(txn: Txn) -> None:
             txn.conn.executemany(
                 "UPDATE runs SET touched_us = ? WHERE run_id = ? AND snapshot_seq IS NOT NULL",
                 [(now_us, r) for r in run_ids],
             )
 
-        await self._write(op)
+        await self._writer.write(op)
 
     async def put(self, request: PutRequest, now_us: int) -> EntryRow:
-        def op(txn: _Txn) -> EntryRow:
+        def op(txn: Txn) -> EntryRow:
             scope_pk = self._scope_pk(txn, request.scope)
             key = request.idempotency_key
             if key is not None:
@@ -512,10 +350,10 @@ class SqliteStorage:
                 txn.keys.append((scope_pk, key, request.digest, seq, now_us))
             return row
 
-        result: EntryRow = await self._write(op)
+        result: EntryRow = await self._writer.write(op)
         return result
 
-    def _keyed_entry(self, txn: _Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
+    def _keyed_entry(self, txn: Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
         # Keys written earlier in this same (uncommitted) batch are still in txn.keys.
         for pk, k, digest, seq, _ in txn.keys:
             if pk == scope_pk and k == key:
@@ -531,7 +369,7 @@ class SqliteStorage:
         return bytes(rows[0][0]), _row(rows[0][1:])
 
     async def delete(self, scope: Scope, entry_id: str, now_us: int) -> bool:
-        def op(txn: _Txn) -> bool:
+        def op(txn: Txn) -> bool:
             cursor = txn.conn.execute(
                 f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
                 " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)",
@@ -548,7 +386,7 @@ class SqliteStorage:
                 return True
             return False
 
-        result: bool = await self._write(op)
+        result: bool = await self._writer.write(op)
         return result
 
     # -- reads ---------------------------------------------------------------------------
@@ -652,7 +490,7 @@ class SqliteStorage:
         for name, sql, params in steps:
             while True:
                 try:
-                    removed = await self._write(_statement(sql, params))
+                    removed = await self._writer.write(_statement(sql, params))
                 except MemoryServiceError as exc:
                     counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
                     break
@@ -661,17 +499,8 @@ class SqliteStorage:
                     break
                 await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
         with contextlib.suppress(MemoryServiceError):
-            await self.checkpoint("PASSIVE")
+            await self._writer.checkpoint("PASSIVE")
         return counts
-
-    async def checkpoint(self, mode: Literal["PASSIVE", "TRUNCATE"]) -> None:
-        """Checkpoint the WAL. The writer thread runs whole transactions one at a time, so
-        this lands between two commits (a checkpoint cannot run inside a transaction)."""
-        conn = self._writer
-        if conn is None:
-            return
-        with anyio.CancelScope(shield=True), translate_errors():
-            await self._on_writer_thread(conn.execute, f"PRAGMA wal_checkpoint({mode})")
 
     async def health(self) -> dict[str, object]:
         with translate_errors():
@@ -695,8 +524,8 @@ def _new_entry_id(created_us: int) -> str:
     return f"mem_{created_us:013x}{secrets.token_hex(10)}"
 
 
-def _statement(sql: str, params: tuple[Any, ...]) -> _OpFn:
-    def op(txn: _Txn) -> int:
+def _statement(sql: str, params: tuple[Any, ...]) -> OpFn:
+    def op(txn: Txn) -> int:
         return max(txn.conn.execute(sql, params).rowcount, 0)
 
     return op
