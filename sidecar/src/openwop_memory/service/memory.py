@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from openwop_memory_client import (
@@ -39,12 +40,25 @@ from .refs import RefCodec
 from .runs import RunHandle, RunRegistry, merge_secrets
 from .stats import Stats
 
-RedactionPolicy = Literal["rewrite", "reject"]
+RedactionPolicy = Literal["rewrite", "reject", "reject-disguised"]
+PatternPolicy = Literal["off", "rewrite", "reject"]
+
+
+class HostSecrets(Protocol):
+    """The host keyring as the service reads it (see ``host_keyring.py``)."""
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the loaded secrets change."""
+
+    def values_for(self, tenant: str) -> Mapping[str, str]:
+        """Value → secret id for ``tenant``'s runs: its own secrets and the host-wide ones."""
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
     redaction: RedactionPolicy = "rewrite"
+    credential_patterns: PatternPolicy = "rewrite"
     max_entry_size_bytes: int = 65536
     default_list_limit: int = 100
     max_list_limit: int = 1000
@@ -70,8 +84,15 @@ def _unique_nonempty(tags: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 class MemoryService:
-    def __init__(self, storage: Storage, refs: RefCodec, config: ServiceConfig) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        refs: RefCodec,
+        config: ServiceConfig,
+        host_secrets: HostSecrets | None = None,
+    ) -> None:
         self.storage = storage
+        self.host_secrets = host_secrets
         self.refs = refs
         self.config = config
         self.runs = RunRegistry(config.max_open_runs)
