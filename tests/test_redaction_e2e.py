@@ -169,15 +169,19 @@ def test_longest_secret_wins(client: SharedClient) -> None:
         "abcdefgh12345678 abcdefgh abcdefgh1234 abcdefghabcdefgh12345678 xabcdefgh12345678x",
         ["abcdefgh12345678", "abcdefgh", "abcdefgh1234567"],
     )
+    # "abcdefgh1234" is 12 characters of the long secret: a fragment, so the long one names it.
     assert entry["content"] == (
-        "[REDACTED:long] [REDACTED:short] [REDACTED:short]1234"
+        "[REDACTED:long] [REDACTED:short] [REDACTED:long]"
         " [REDACTED:short][REDACTED:long] x[REDACTED:long]x"
     )
-    assert entry["tags"] == ["[REDACTED:long]", "[REDACTED:short]", "[REDACTED:short]1234567"]
+    # The third tag became the first one after redaction, so it is dropped as a duplicate.
+    assert entry["tags"] == ["[REDACTED:long]", "[REDACTED:short]"]
     assert later_view(client, "n", "r") == [entry]
 
 
-def test_secrets_are_matched_literally(client: SharedClient) -> None:
+def test_regex_characters_are_literal_and_case_is_not(client: SharedClient) -> None:
+    # Folded, the first value has only 7 letters, too few to match loosely: it is matched
+    # verbatim. The second is long enough that its case changes count as the secret.
     special = "p.ss(w)rd+[x]*?"
     begin(client, "w", secrets=secrets(re=special, case="CaseSensitive-1"))
     entry = put(
@@ -187,7 +191,7 @@ def test_secrets_are_matched_literally(client: SharedClient) -> None:
         f"pXss(w)rd+[x]*? {special} casesensitive-1 CaseSensitive-1",
         [f"a{special}b", "p.ss(w)rd+[x]"],
     )
-    assert entry["content"] == "pXss(w)rd+[x]*? [REDACTED:re] casesensitive-1 [REDACTED:case]"
+    assert entry["content"] == "pXss(w)rd+[x]*? [REDACTED:re] [REDACTED:case] [REDACTED:case]"
     assert entry["tags"] == ["a[REDACTED:re]b", "p.ss(w)rd+[x]"]
     assert later_view(client, "n", "r") == [entry]
 

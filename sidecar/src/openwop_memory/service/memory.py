@@ -35,7 +35,7 @@ from openwop_memory_client.wire import (
 from .. import __version__
 from ..storage.base import EntryRow, PutRequest, Scope, Storage
 from ..timefmt import MAX_WIRE_US, format_us, now_us, parse_rfc3339
-from .redaction import EMPTY_KEYRING, Keyring, redact_entry
+from .redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from .refs import RefCodec
 from .runs import RunHandle, RunRegistry, merge_secrets
 from .stats import Stats
@@ -93,6 +93,9 @@ class MemoryService:
     ) -> None:
         self.storage = storage
         self.host_secrets = host_secrets
+        # Compiled host keyrings of tenants whose runs registered no secrets of their own.
+        self._host_keyrings: dict[str, Keyring] = {}
+        self._host_generation = -1
         self.refs = refs
         self.config = config
         self.runs = RunRegistry(config.max_open_runs)
@@ -220,7 +223,7 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
-        request = self._redacted_request(handle.keyring, scope, p, expires_us)
+        request = self._redacted_request(self._keyring(handle), scope, p, expires_us)
         row = await self.storage.put(request, now_us())
         return entry_to_wire(row)
 
@@ -263,15 +266,21 @@ class MemoryService:
     ) -> PutRequest:
         # Tags are redacted as sent, so every field name below indexes the request's tags;
         # empty and repeated tags are dropped afterwards.
-        redacted = redact_entry(keyring, p.entry.content, tuple(p.entry.tags))
-        if redacted.findings:
-            ids = sorted(set().union(*(f.secret_ids for f in redacted.findings)))
-            if self.config.redaction == "reject" or redacted.leaked:
-                raise SecretLeakageError(
-                    "the entry contains a registered secret",
-                    {"field": "entry." + redacted.findings[0].field, "secretIds": ids},
-                )
-            self.stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
+        redacted = redact_entry(
+            keyring, p.entry.content, tuple(p.entry.tags), patterns=self.config.credential_patterns
+        )
+        refused = self._refused(redacted)
+        if refused:
+            raise SecretLeakageError(
+                "the entry contains a registered secret"
+                if refused[0].kind == "secret"
+                else "the entry contains a credential",
+                {
+                    "field": "entry." + refused[0].field,
+                    "secretIds": sorted(set().union(*(f.secret_ids for f in refused))),
+                },
+            )
+        self.stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
         for i, tag in enumerate(redacted.tags):
             if len(tag) > MAX_TAG_CHARS:
                 raise ValidationError(
@@ -284,6 +293,56 @@ class MemoryService:
         # Keys are stored as keyed digests: a worker may well derive them from content.
         key = None if p.idempotencyKey is None else self.refs.keyed_id(p.idempotencyKey)
         return PutRequest(scope, redacted.content, tags, expires_us, key, digest)
+
+    def _refused(self, redacted: Redacted) -> tuple[Finding, ...]:
+        """The findings the policies refuse to store rather than rewrite (first field first)."""
+        if redacted.leaked:
+            return redacted.findings or (Finding("content", "secret", frozenset(), True),)
+        return tuple(
+            f
+            for f in redacted.findings
+            if (f.kind == "pattern" and self.config.credential_patterns == "reject")
+            or (
+                f.kind == "secret"
+                and (
+                    self.config.redaction == "reject"
+                    or (self.config.redaction == "reject-disguised" and f.disguised)
+                )
+            )
+        )
+
+    def _keyring(self, handle: RunHandle) -> Keyring:
+        """The run's keyring merged with the host keyring for its tenant (the run's ids win).
+
+        Compiled once per change of either, not per put.
+        """
+        host = self.host_secrets
+        if host is None:
+            return handle.keyring
+        generation = host.generation
+        cached = handle.combined
+        if cached is not None and cached[0] == generation and cached[1] is handle.keyring:
+            return cached[2]
+        if not handle.keyring:
+            combined = self._host_keyring(handle.tenant, generation)
+        else:
+            host_values = host.values_for(handle.tenant)
+            combined = Keyring.compile({**host_values, **handle.keyring.ids_by_value})
+        handle.combined = (generation, handle.keyring, combined)
+        return combined
+
+    def _host_keyring(self, tenant: str, generation: int) -> Keyring:
+        assert self.host_secrets is not None
+        if self._host_generation != generation:
+            self._host_keyrings.clear()
+            self._host_generation = generation
+        keyring = self._host_keyrings.get(tenant)
+        if keyring is None:
+            keyring = Keyring.compile(self.host_secrets.values_for(tenant))
+            if len(self._host_keyrings) >= 1024:  # a bound, not a policy: recompiling is cheap
+                self._host_keyrings.clear()
+            self._host_keyrings[tenant] = keyring
+        return keyring
 
     # -- sidecar -------------------------------------------------------------------------
 

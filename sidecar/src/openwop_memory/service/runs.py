@@ -28,7 +28,15 @@ def merge_secrets(keyring: Keyring, secrets: list[SecretSpec]) -> Keyring:
         raise ValidationError(
             f"a run's keyring holds at most {MAX_SECRETS} secrets", {"field": "secrets"}
         )
-    return keyring if len(merged) == len(keyring) else Keyring.compile(merged)
+    if len(merged) == len(keyring):
+        return keyring
+    # The id is written into every marker, so it must not carry any value of the keyring.
+    for i, spec in enumerate(secrets):
+        if any(value.casefold() in spec.id.casefold() for value in merged):
+            raise ValidationError(
+                "a secret id must not contain a secret value", {"field": f"secrets[{i}].id"}
+            )
+    return Keyring.compile(merged)
 
 
 @dataclass
@@ -38,6 +46,8 @@ class RunHandle:
     snapshot_seq: int
     snapshot_us: int
     keyring: Keyring
+    # (host keyring generation, run keyring, both compiled together), see MemoryService.
+    combined: tuple[int, Keyring, Keyring] | None = None
 
 
 class RunRegistry:

@@ -1,0 +1,128 @@
+"""The folded view of a text that the redactor searches: its *skeleton*.
+
+The skeleton keeps only letters and digits, folded so that the usual disguises vanish:
+compatibility forms (NFKD: fullwidth letters, ligatures), combining marks, case, and common
+look-alike letters (Cyrillic and Greek homoglyphs, ``0``/``o``, ``1``/``l``/``i``) all fold
+to one character; everything else (spaces, punctuation, newlines, invisible and format
+characters) is dropped. A secret's skeleton found in a text's skeleton therefore covers the
+secret written with separators between its characters, in another case, with zero-width
+characters inside it, and so on.
+
+:func:`skeleton` promises a skeleton plus a way back: :meth:`Skeleton.origin` maps a
+position of the skeleton to the index of the original character it came from.
+"""
+
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+import itertools
+import unicodedata
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+# Look-alikes folded before case folding (ambiguous letters are this table's purpose, hence
+# the RUF001 exemption below); both cases are listed where they differ in shape.
+_CONFUSABLES = {
+    # Cyrillic
+    "а": "a", "А": "a", "в": "b", "В": "b", "е": "e", "Е": "e", "ё": "e", "к": "k", "К": "k",
+    "м": "m", "М": "m", "н": "h", "Н": "h", "о": "o", "О": "o", "р": "p", "Р": "p",
+    "с": "c", "С": "c", "т": "t", "Т": "t", "у": "y", "У": "y", "х": "x", "Х": "x",
+    "і": "i", "І": "i", "ї": "i", "ј": "j", "Ј": "j", "ѕ": "s", "Ѕ": "s", "ԁ": "d",
+    "ԛ": "q", "ԝ": "w", "ɡ": "g", "ӏ": "l", "Ӏ": "l",
+    # Greek
+    "α": "a", "Α": "a", "β": "b", "Β": "b", "ε": "e", "Ε": "e", "ζ": "z", "Ζ": "z",
+    "η": "n", "Η": "h", "ι": "i", "Ι": "i", "κ": "k", "Κ": "k", "μ": "u", "Μ": "m",
+    "ν": "v", "Ν": "n", "ο": "o", "Ο": "o", "ρ": "p", "Ρ": "p", "τ": "t", "Τ": "t",
+    "υ": "u", "Υ": "y", "χ": "x", "Χ": "x", "ω": "w",
+    # Latin
+    "ı": "i", "ℓ": "l", "ǀ": "l",
+}  # fmt: skip
+
+# Within ASCII: digits and letters that stand in for each other in a disguise.
+_ASCII_LOOKALIKES = {"0": "o", "1": "l", "i": "l"}
+
+
+def _fold_ascii(ch: str) -> str:
+    if not ch.isalnum():
+        return ""
+    low = ch.lower()
+    return _ASCII_LOOKALIKES.get(low, low)
+
+
+def _fold_char(ch: str) -> str:
+    """What one character contributes to a skeleton (possibly several characters, or none)."""
+    if ch.isascii():
+        return _fold_ascii(ch)
+    ch = _CONFUSABLES.get(ch, ch)
+    out = []
+    for part in unicodedata.normalize("NFKD", ch):
+        if unicodedata.combining(part):
+            continue
+        part = _CONFUSABLES.get(part, part)
+        if part.isascii():
+            out.append(_fold_ascii(part))
+        elif part.isalnum():
+            out.extend(_fold_ascii(c) if c.isascii() else c for c in part.casefold())
+    return "".join(out)
+
+
+class _FoldTable(dict[int, str]):
+    """``str.translate`` table that folds every code point, computed on first sight."""
+
+    def __missing__(self, codepoint: int) -> str:
+        folded = _fold_char(chr(codepoint))
+        self[codepoint] = folded
+        return folded
+
+
+class _FoldWidth(dict[str, int]):
+    """How many skeleton characters each character yields (for the way back)."""
+
+    def __missing__(self, ch: str) -> int:
+        width = len(_FOLD_TABLE[ord(ch)])
+        self[ch] = width
+        return width
+
+
+_FOLD_TABLE = _FoldTable()
+_FOLD_WIDTH = _FoldWidth()
+_ASCII_TABLE = bytes((_fold_ascii(chr(b)) or "\0").encode()[0] for b in range(128)) + bytes(
+    range(128, 256)
+)
+_ASCII_DELETE = bytes(b for b in range(128) if not _fold_ascii(chr(b)))
+_ASCII_WIDTH = [1 if _fold_ascii(chr(b)) else 0 for b in range(256)]
+
+
+def fold(text: str) -> str:
+    """The skeleton of ``text`` without the way back (used for needles)."""
+    if text.isascii():
+        return text.encode().translate(_ASCII_TABLE, _ASCII_DELETE).decode()
+    return text.translate(_FOLD_TABLE)
+
+
+@dataclass
+class Skeleton:
+    """A text's skeleton. ``ascii`` says whether ``data`` is ASCII ``bytes`` or a ``str``."""
+
+    text: str
+    data: bytes | str
+    _ends: list[int] | None = field(default=None, repr=False)
+
+    def origin(self, position: int) -> int:
+        """Index in ``text`` of the character that produced skeleton ``position``."""
+        if self._ends is None:
+            # Built only when something was found, which is rare; one C-level pass.
+            if isinstance(self.data, bytes):
+                widths = map(_ASCII_WIDTH.__getitem__, self.text.encode())
+            else:
+                widths = map(_FOLD_WIDTH.__getitem__, self.text)
+            self._ends = list(itertools.accumulate(widths))
+        return bisect_right(self._ends, position)
+
+
+def skeleton(text: str) -> Skeleton:
+    """The skeleton of ``text``: ASCII bytes on the fast path, else a ``str``."""
+    if text.isascii():
+        return Skeleton(text, text.encode().translate(_ASCII_TABLE, _ASCII_DELETE))
+    return Skeleton(text, text.translate(_FOLD_TABLE))

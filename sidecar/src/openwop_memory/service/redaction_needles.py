@@ -1,0 +1,153 @@
+"""The needles one secret is searched for, each already folded to a skeleton.
+
+A needle is a form the secret may take in a text (the value, its hex, its base64 at each
+byte alignment, its digest, its reversal, a fragment of it...) folded by
+:func:`~.redaction_fold.fold`, so that one search of a text's skeleton finds every form
+under every disguise the fold removes. :func:`needles_for` promises only needles of at
+least :data:`MIN_NEEDLE_CHARS` skeleton characters, so short forms never shred ordinary
+text.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import hashlib
+import re
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import NamedTuple
+
+from .redaction_fold import fold
+
+MIN_NEEDLE_CHARS = 8
+FRAGMENT_CHARS = 12
+# Bounds that keep a keyring of long values (PEM keys) cheap to compile. An encoded form of
+# a value's first ENCODED_PREFIX_BYTES is as good as the whole: a hit is widened over the
+# encoding's alphabet to the whole encoded run. Fragments of a long value are sampled.
+ENCODED_PREFIX_BYTES = 48
+MAX_FRAGMENTS = 64
+# Needle lengths bound the automaton's size. An encoded form is cut to ENCODED_CHARS (still
+# far too long to occur by chance); a long value is searched as overlapping chunks, whose
+# hits merge back into one span.
+ENCODED_CHARS = 40
+CHUNK_CHARS = 48
+MAX_CHUNKS = 8
+
+# Prefixes that say which service a key is for, not which key; a fragment must have
+# FRAGMENT_CHARS letters or digits beyond them. Longest first, so the first hit is the longest.
+PUBLIC_PREFIXES = tuple(
+    sorted(
+        (
+            "sk-proj-", "sk-svcacct-", "sk-admin-", "sk-ant-api03-", "sk-ant-admin01-", "sk-",
+            "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glptt-",
+            "xoxb-", "xoxp-", "xoxa-", "xoxr-", "xoxs-", "xoxe-", "sk_live_", "sk_test_",
+            "rk_live_", "rk_test_", "whsec_", "AKIA", "ASIA", "AIza", "GOCSPX-", "SG.",
+            "npm_", "pypi-AgEIcHlwaS5vcmc", "hf_", "dop_v1_", "doo_v1_", "shpat_", "shpca_",
+            "shppa_", "shpss_", "dapi", "dckr_pat_", "lin_api_", "hvs.", "hvb.",
+            "Bearer ", "Basic ",
+        ),
+        key=len,
+        reverse=True,
+    )
+)  # fmt: skip
+
+# A JWT's header segment is shared by every token of the same issuer and algorithm.
+_JWT_HEADER = re.compile(r"eyJ[A-Za-z0-9_-]+\.")
+
+
+class Kind(Enum):
+    """How a needle relates to the value; says how far a hit's span is widened."""
+
+    RAW = "raw"  # the value itself, in any disguise the fold removes
+    ENCODED = "encoded"  # hex, base64, base32 or a digest: the whole encoded run is replaced
+    TRANSFORMED = "transformed"  # reversed or rot13
+    FRAGMENT = "fragment"
+
+
+class Needle(NamedTuple):
+    folded: str
+    kind: Kind
+    alphabet: str  # characters an ENCODED hit's span is widened over ("" for other kinds)
+
+
+HEX = "0123456789abcdefABCDEF"
+BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-="
+BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567="
+
+
+def public_prefix(value: str) -> str:
+    """The public prefix ``value`` starts with, or ``""``."""
+    jwt = _JWT_HEADER.match(value)
+    if jwt:
+        return jwt.group(0)
+    return next((p for p in PUBLIC_PREFIXES if value.startswith(p)), "")
+
+
+def _shifted(
+    data: bytes, encode: Callable[[bytes], bytes], group_bytes: int, bits: int
+) -> Iterator[str]:
+    """The encoding of ``data`` at every byte alignment inside a larger blob.
+
+    Only the characters that depend on ``data`` alone are kept, so the needle matches
+    whatever bytes surround the secret in the blob.
+    """
+    for shift in range(group_bytes):
+        encoded = encode(b"\0" * shift + data).decode().rstrip("=")
+        start = -(-shift * 8 // bits)
+        end = (shift + len(data)) * 8 // bits
+        yield encoded[start:end]
+
+
+def _encoded_forms(value: str) -> Iterator[tuple[str, str]]:
+    raw = value.encode()
+    yield hashlib.sha256(raw).hexdigest(), HEX
+    for data in (raw, value.encode("utf-16-le"), value.encode("utf-16-be")):
+        data = data[:ENCODED_PREFIX_BYTES]
+        yield data.hex(), HEX
+        for form in _shifted(data, base64.b64encode, 3, 6):
+            yield form, BASE64
+    # Base32 of UTF-16 is left out: no tool writes it, and b32encode is slow pure Python.
+    for form in _shifted(raw[:ENCODED_PREFIX_BYTES], base64.b32encode, 5, 5):
+        yield form, BASE32
+
+
+def _chunks(folded: str) -> list[str]:
+    """At most MAX_CHUNKS evenly spread chunks, the first and last included.
+
+    Chunks of a long value may leave gaps; the keyring bridges hits of one value's chunks.
+    """
+    if len(folded) <= CHUNK_CHARS:
+        return [folded]
+    last = len(folded) - CHUNK_CHARS
+    count = min(MAX_CHUNKS, -(-last // CHUNK_CHARS) + 1)
+    starts = sorted({last * i // (count - 1) for i in range(count)})
+    return [folded[i : i + CHUNK_CHARS] for i in starts]
+
+
+def needles_for(value: str) -> list[Needle]:
+    """Every needle of ``value``, none shorter than :data:`MIN_NEEDLE_CHARS`; may be empty.
+
+    The first needle is the value's own (kind RAW) when the value folds to enough characters.
+    """
+    out: list[Needle] = []
+    for text, kind in (
+        (value, Kind.RAW),
+        (value[::-1], Kind.TRANSFORMED),
+        (codecs.encode(value, "rot13"), Kind.TRANSFORMED),
+    ):
+        folded = fold(text)
+        if len(folded) >= MIN_NEEDLE_CHARS:
+            out.extend(Needle(chunk, kind, "") for chunk in _chunks(folded))
+    for form, alphabet in _encoded_forms(value):
+        folded = fold(form)[:ENCODED_CHARS]
+        if len(folded) >= MIN_NEEDLE_CHARS:
+            out.append(Needle(folded, Kind.ENCODED, alphabet))
+    private = fold(value[len(public_prefix(value)) :])
+    starts = len(private) - FRAGMENT_CHARS + 1
+    if starts > 1:
+        # With a stride, every fragment of FRAGMENT_CHARS + stride - 1 still holds a window.
+        stride = -(-starts // MAX_FRAGMENTS)
+        for i in range(0, starts, stride):
+            out.append(Needle(private[i : i + FRAGMENT_CHARS], Kind.FRAGMENT, ""))
+    return out
