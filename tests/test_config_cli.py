@@ -174,6 +174,10 @@ BAD_SETTINGS: list[tuple[str, tuple[str, ...], dict[str, str], str | None, tuple
      ("redaction", "OPENWOP_MEMORY_REDACTION")),
     ("toml-bad-redaction", (), {}, 'redaction = "off"\n',
      ("redaction", "{config}")),
+    ("env-bad-credential-patterns", (), {"OPENWOP_MEMORY_CREDENTIAL_PATTERNS": "mask"}, None,
+     ("credential_patterns", "OPENWOP_MEMORY_CREDENTIAL_PATTERNS")),
+    ("flag-zero-secrets-poll-interval", ("--secrets-poll-interval", "0"), {}, None,
+     ("secrets_poll_interval", "--secrets-poll-interval")),
     ("flag-bad-database-scheme", ("--database", "mysql://memory@localhost/memory"), {}, None,
      ("database", "--database")),
     ("flag-retention-not-twice-sweep", ("--replay-retention", "100s", "--sweep-interval", "60s"),
@@ -446,6 +450,9 @@ def test_python_dash_m_help() -> None:
         "--max-entry-size-bytes",
         "--replay-retention",
         "--sweep-interval",
+        "--credential-patterns",
+        "--secrets-dir",
+        "--secrets-poll-interval",
     ):
         assert flag in serve.stdout, flag
 

@@ -70,12 +70,13 @@ def _serve_main(argv: list[str]) -> int:
     serve.add_argument("--config", help="TOML file with settings (OPENWOP_MEMORY_CONFIG)")
     for name, field in Settings.model_fields.items():
         default = f"{field.default:04o}" if name == "socket_mode" else field.default
+        shown = f"default: {'not set' if default is None else default}"
         serve.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             default=None,
             metavar=name.upper(),
-            help=f"default: {default}",
+            help=f"{field.description}; {shown}" if field.description else shown,
         )
     _health_parser(sub.add_parser("health", help="ask a running sidecar whether it is healthy"))
     args = parser.parse_args(argv)

@@ -59,7 +59,24 @@ class Settings(BaseModel):
 
     socket: str = Field("var/openwop-memory.sock", min_length=1)
     database: str = Field("sqlite:///var/openwop-memory.db", pattern=r"^(sqlite|postgresql)://")
-    redaction: Literal["rewrite", "reject"] = "rewrite"
+    redaction: Literal["rewrite", "reject", "reject-disguised"] = Field(
+        "rewrite",
+        description="when an entry holds a secret: rewrite it as [REDACTED:<id>], reject the "
+        "put, or rewrite plain occurrences and reject disguised ones",
+    )
+    credential_patterns: Literal["off", "rewrite", "reject"] = Field(
+        "rewrite",
+        description="well-known credential formats no run registered: off, rewrite or reject",
+    )
+    secrets_dir: str | None = Field(
+        None,
+        min_length=1,
+        description="directory of host secrets redacted for every run: DIR/<secretId> for "
+        "all tenants, DIR/tenants/<tenant>/<secretId> for one; re-read on change and SIGHUP",
+    )
+    secrets_poll_interval: Seconds = Field(
+        2.0, description="how often secrets_dir is checked for changes"
+    )
     socket_mode: Annotated[int, BeforeValidator(_octal_mode)] = 0o660
     max_request_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
     max_entry_size_bytes: int = Field(65536, ge=1, le=16 << 20)

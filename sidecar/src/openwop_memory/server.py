@@ -3,7 +3,8 @@
 Startup refuses a socket path where a live sidecar answers and replaces a stale socket
 file. The first SIGTERM or SIGINT stops accepting, lets requests already read finish
 within ``drain_timeout``, flushes and checkpoints the database, removes the socket and
-returns normally (exit 0); a second signal exits at once.
+returns normally (exit 0); a second signal exits at once. SIGHUP re-reads ``secrets_dir``
+(the host keyring) and never stops the server.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import socket
 import stat
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -23,6 +25,7 @@ import structlog
 
 from . import __version__
 from .config import Settings
+from .service.host_keyring import HostKeyring
 from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
 from .service.sweeper import Sweeper
@@ -105,6 +108,7 @@ class Server:
         self.settings = settings
         self.storage: Storage | None = None
         self.service: MemoryService | None = None
+        self.host_keyring: HostKeyring | None = None
         self.dispatcher: Dispatcher | None = None
         self._stop = anyio.Event()
         self._connections: set[Connection] = set()
@@ -124,6 +128,8 @@ class Server:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
+                if self.host_keyring is not None:
+                    tg.start_soon(self.host_keyring.watch, self.settings.secrets_poll_interval)
                 tg.start_soon(Sweeper(self.service, self.settings).run)
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(self._accept, listener, conns)
@@ -147,6 +153,7 @@ class Server:
                 "entries are refused as oversized lines rather than as too-large entries",
             )
         check_socket_path(settings.socket)
+        self.host_keyring = await self._load_host_keyring()
         self.storage = make_storage(settings)
         try:
             await self.storage.open()
@@ -158,10 +165,12 @@ class Server:
             refs,
             ServiceConfig(
                 redaction=settings.redaction,
+                credential_patterns=settings.credential_patterns,
                 max_entry_size_bytes=settings.max_entry_size_bytes,
                 replay_retention_us=int(settings.replay_retention * 1_000_000),
                 max_open_runs=settings.max_open_runs,
             ),
+            host_secrets=self.host_keyring,
         )
         self.dispatcher = Dispatcher(
             self.service,
@@ -177,6 +186,23 @@ class Server:
         except OSError as exc:
             await self.storage.close()
             raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
+
+    async def _load_host_keyring(self) -> HostKeyring | None:
+        """The keyring of ``secrets_dir``, read once so that the first put already sees it;
+        None when the setting is not set. A missing directory loads empty (with a warning).
+
+        :raises StartupError: the directory exists but cannot be listed.
+        """
+        if self.settings.secrets_dir is None:
+            return None
+        keyring = HostKeyring(Path(self.settings.secrets_dir))
+        try:
+            await anyio.to_thread.run_sync(keyring.reload)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot read secrets_dir {self.settings.secrets_dir}: {exc.strerror}"
+            ) from None
+        return keyring
 
     async def _accept(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
         with contextlib.suppress(anyio.ClosedResourceError):
@@ -238,14 +264,30 @@ class Server:
     async def _watch_signals(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()  # handlers are in place before anyone is told we are ready
-            async for signum in signals:
-                if self._stop.is_set():
-                    log.warning("second_signal_exit", signal=signal.Signals(signum).name)
-                    os._exit(128 + signum)
-                log.info("signal", signal=signal.Signals(signum).name)
-                self.request_stop()
+        watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        async with anyio.create_task_group() as reloads:
+            with anyio.open_signal_receiver(*watched) as signals:
+                task_status.started()  # handlers are in place before anyone is told we are ready
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        # A task of its own: a slow disk must not hold up a stop signal.
+                        reloads.start_soon(self._reload_host_secrets)
+                    else:
+                        self._on_stop_signal(signum)
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """The first SIGTERM or SIGINT requests a graceful stop; the second exits at once."""
+        if self._stop.is_set():
+            log.warning("second_signal_exit", signal=signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("signal", signal=signal.Signals(signum).name)
+        self.request_stop()
+
+    async def _reload_host_secrets(self) -> None:
+        if self.host_keyring is None:
+            log.info("signal_ignored", signal="SIGHUP", reason="secrets_dir is not set")
+            return
+        await self.host_keyring.reload_now("sighup")
 
     async def _cleanup(self) -> None:
         if self.storage is not None:

@@ -1,0 +1,389 @@
+"""The host keyring: secrets the operator keeps in a directory (setting ``secrets_dir``).
+
+Layout, one file per secret, named by its secret id and holding its value::
+
+    DIR/<secretId>                    host-wide: redacted from every tenant's entries
+    DIR/tenants/<tenant>/<secretId>   redacted from that tenant's entries only
+
+Names starting with ``.`` are skipped, so a Kubernetes Secret volume works as it is: its
+``..data`` link and timestamped directories are skipped, the normal-named symlinks into
+them are followed. A value is the file's UTF-8 text with one trailing newline removed.
+
+Every file that cannot serve as a secret is ignored with a ``host_secret_ignored`` warning
+naming the file and the reason. No log line, error or exception raised here ever carries a
+secret value or any part of one.
+
+Loads build new mappings and swap them in with one assignment, so :meth:`values_for` can be
+called from the event loop while a worker thread reloads.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import structlog
+
+from .redaction import MIN_SECRET_CHARS
+
+MAX_SECRET_FILE_BYTES = 16 * 1024
+MAX_SECRETS_PER_SCOPE = 256
+TENANTS_DIR = "tenants"
+
+# As the wire spells them (openwop_memory_client.wire): ids end up inside [REDACTED:<id>].
+_SECRET_ID = re.compile(r"[^\]\x00-\x1f\x7f-\x9f]{1,128}")
+_TENANT = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,128}")
+
+log = structlog.get_logger("openwop_memory.host_keyring")
+
+# (path relative to the directory, inode, size, mtime_ns) of everything a load reads;
+# None when the directory does not exist.
+Signature = tuple[tuple[str, int, int, int], ...] | None
+
+
+class _Ignored(Exception):
+    """A file that cannot serve as a secret; the message is the reason (never the value)."""
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What one load found: value → id, host-wide and per tenant (tenant's own only)."""
+
+    host: Mapping[str, str] = field(default_factory=dict)
+    tenants: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return len(self.host) + sum(len(own) for own in self.tenants.values())
+
+
+@dataclass(frozen=True)
+class _State:
+    """One generation of the keyring, with each tenant's merged mapping precomputed."""
+
+    generation: int
+    loaded: _Loaded
+    host: Mapping[str, str]
+    by_tenant: Mapping[str, Mapping[str, str]]
+
+    @classmethod
+    def build(cls, generation: int, loaded: _Loaded) -> _State:
+        host = MappingProxyType(dict(loaded.host))
+        # The tenant's id wins when a value is both host-wide and the tenant's own.
+        by_tenant = {
+            tenant: MappingProxyType({**loaded.host, **own})
+            for tenant, own in loaded.tenants.items()
+        }
+        return cls(generation, loaded, host, by_tenant)
+
+
+class HostKeyring:
+    """Host-wide and per-tenant secrets read from ``directory``; a ``HostSecrets``.
+
+    Nothing is read until :meth:`reload` (or :meth:`watch`) runs; until then the keyring is
+    empty and :attr:`generation` is 0.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._state = _State.build(0, _Loaded())
+        self._lock = threading.Lock()  # one load at a time (SIGHUP and poll may overlap)
+        self._signature: Signature = None
+        self._scanned = False
+
+    @property
+    def generation(self) -> int:
+        """0 before the first load; grows by one with every load that changed the secrets."""
+        return self._state.generation
+
+    def values_for(self, tenant: str) -> Mapping[str, str]:
+        """Value → secret id for ``tenant``'s runs: its own secrets and the host-wide ones.
+
+        The mapping is immutable and precomputed at load time, so this is a dict lookup.
+        """
+        state = self._state
+        return state.by_tenant.get(tenant, state.host)
+
+    def reload(self) -> bool:
+        """Read the directory now (blocking: call it from a worker thread on a loop).
+
+        A missing directory loads as an empty keyring, with a warning.
+
+        :returns: whether the loaded secrets differ from the previous ones.
+        :raises OSError: the directory exists but cannot be listed (or is not a directory);
+            the secrets loaded before stay in force.
+        """
+        with self._lock:
+            # Stat before reading: a file changed during the read shows in the next poll.
+            signature = _signature(self.directory)
+            changed = self._load()
+            self._signature, self._scanned = signature, True
+            return changed
+
+    async def reload_now(self, trigger: str) -> bool:
+        """:meth:`reload` in a worker thread, logged as ``host_secrets_reload``.
+
+        :returns: whether the secrets changed (False as well when the reload failed, which
+            is logged with the exception type only). Never raises but for cancellation.
+        """
+        try:
+            changed = await anyio.to_thread.run_sync(self.reload)
+        except OSError as exc:
+            log.warning("host_secrets_reload_failed", trigger=trigger, error=type(exc).__name__)
+            return False
+        self._log_reload(trigger, changed)
+        return changed
+
+    async def watch(
+        self,
+        interval: float,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Every ``interval`` seconds, reload if any file's stat signature changed.
+
+        Runs until cancelled. The stat calls and reads run in a worker thread; a failing
+        poll is logged (exception type only) and the next one goes ahead.
+        """
+        task_status.started()
+        while True:
+            await anyio.sleep(interval)
+            try:
+                changed = await anyio.to_thread.run_sync(self._poll)
+            except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one poll
+                log.warning("host_secrets_poll_failed", error=type(exc).__name__)
+                continue
+            if changed is not None:
+                self._log_reload("poll", changed)
+
+    def _poll(self) -> bool | None:
+        """Reload if the signature changed: whether the secrets changed, None if not read."""
+        with self._lock:
+            signature = _signature(self.directory)
+            if self._scanned and signature == self._signature:
+                return None
+            changed = self._load()
+            self._signature, self._scanned = signature, True
+            return changed
+
+    def _log_reload(self, trigger: str, changed: bool) -> None:
+        log.info(
+            "host_secrets_reload", trigger=trigger, changed=changed, generation=self.generation
+        )
+
+    def _load(self) -> bool:
+        """Read everything and swap it in; whether it differs. Caller holds the lock."""
+        loaded = _read_directory(self.directory)
+        previous = self._state
+        changed = loaded != previous.loaded
+        if changed:
+            self._state = _State.build(previous.generation + 1, loaded)
+        if changed or not self._scanned:
+            log.info(
+                "host_secrets_loaded",
+                directory=str(self.directory),
+                host_wide=len(loaded.host),
+                tenants=len(loaded.tenants),
+                total=loaded.total,
+                generation=self._state.generation,
+            )
+        return changed
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def _read_directory(directory: Path) -> _Loaded:
+    """All secrets under ``directory``.
+
+    :raises OSError: the directory exists but cannot be listed.
+    """
+    try:
+        names = _visible(os.listdir(directory))
+    except FileNotFoundError:
+        log.warning("host_secrets_dir_missing", directory=str(directory))
+        return _Loaded()
+    host = _read_scope(directory, [n for n in names if n != TENANTS_DIR], tenant=None)
+    tenants = _read_tenants(directory / TENANTS_DIR) if TENANTS_DIR in names else {}
+    return _Loaded(host, tenants)
+
+
+def _read_tenants(directory: Path) -> dict[str, Mapping[str, str]]:
+    """Each tenant's own secrets, for the tenants that have any."""
+    try:
+        names = _visible(os.listdir(directory))
+    except OSError as exc:
+        _warn(f"{TENANTS_DIR} is not a readable directory ({_errno(exc)})")
+        return {}
+    tenants: dict[str, Mapping[str, str]] = {}
+    for tenant in names:
+        if not _valid(_TENANT, tenant):
+            _warn("invalid tenant name (1-128 characters, no control characters)", tenant=tenant)
+            continue
+        try:
+            files = _visible(os.listdir(directory / tenant))
+        except OSError as exc:
+            _warn(f"not a readable tenant directory ({_errno(exc)})", tenant=tenant)
+            continue
+        own = _read_scope(directory / tenant, files, tenant=tenant)
+        if own:
+            tenants[tenant] = own
+    return tenants
+
+
+def _read_scope(directory: Path, names: list[str], *, tenant: str | None) -> dict[str, str]:
+    """Value → id for the files ``names`` (sorted) in ``directory``.
+
+    The first :data:`MAX_SECRETS_PER_SCOPE` usable files count, in name order; when two
+    files hold the same value the first name is its id.
+    """
+    found: dict[str, str] = {}
+    accepted = 0
+    for name in names:
+        try:
+            if not _valid(_SECRET_ID, name):
+                raise _Ignored("invalid secret id (1-128 characters, no ] or control characters)")
+            if accepted >= MAX_SECRETS_PER_SCOPE:
+                raise _Ignored(f"more than {MAX_SECRETS_PER_SCOPE} secrets in this directory")
+            value = _read_secret(directory / name)
+        except _Ignored as why:
+            _warn(str(why), secret_id=name, tenant=tenant)
+            continue
+        accepted += 1
+        found.setdefault(value, name)
+    return found
+
+
+def _read_secret(path: Path) -> str:
+    """The secret value held in the file at ``path`` (symlinks followed).
+
+    :raises _Ignored: the file cannot serve as a secret.
+    """
+    try:
+        # O_NONBLOCK: a FIFO put there by mistake must not hang the load.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _Ignored(f"unreadable ({_errno(exc)})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _Ignored("not a regular file")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise _Ignored(f"unreadable ({_errno(exc)})") from None
+    finally:
+        os.close(fd)
+    return _decode(data)
+
+
+def _decode(data: bytes) -> str:
+    """The value in a file's bytes: UTF-8 with one trailing newline (LF or CRLF) removed.
+
+    :raises _Ignored: too large, not UTF-8, too short or blank.
+    """
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise _Ignored(f"larger than {MAX_SECRET_FILE_BYTES // 1024} KiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Ignored("not UTF-8") from None
+    if text.endswith("\r\n"):
+        text = text[:-2]
+    elif text.endswith("\n"):
+        text = text[:-1]
+    if len(text) < MIN_SECRET_CHARS:
+        raise _Ignored(f"shorter than {MIN_SECRET_CHARS} characters")
+    if not text.strip():
+        # Redacting runs of blanks would shred every entry; no credential looks like that.
+        raise _Ignored("only whitespace")
+    return text
+
+
+# -- change detection ----------------------------------------------------------------------
+
+
+def _signature(directory: Path) -> Signature:
+    """What :func:`_read_directory` would read, as stat results (symlinks followed).
+
+    A Kubernetes Secret update swaps the ``..data`` link, so every followed file gets a new
+    inode; an in-place write changes the size or mtime.
+
+    :raises OSError: the directory exists but cannot be listed.
+    """
+    try:
+        names = _visible(os.listdir(directory))
+    except FileNotFoundError:
+        return None
+    entries: list[tuple[str, int, int, int]] = []
+    for name in names:
+        if _stat_into(entries, directory, name) and name == TENANTS_DIR:
+            for tenant in _listing(directory / name):
+                if _stat_into(entries, directory, f"{name}/{tenant}"):
+                    for secret in _listing(directory / name / tenant):
+                        _stat_into(entries, directory, f"{name}/{tenant}/{secret}")
+    return tuple(entries)
+
+
+def _stat_into(entries: list[tuple[str, int, int, int]], directory: Path, rel: str) -> bool:
+    """Append ``rel``'s stat to ``entries``; whether it is a directory."""
+    try:
+        st = os.stat(directory / rel)
+    except OSError as exc:
+        entries.append((rel, -1, -1, exc.errno or 0))
+        return False
+    entries.append((rel, st.st_ino, st.st_size, st.st_mtime_ns))
+    return stat.S_ISDIR(st.st_mode)
+
+
+def _listing(directory: Path) -> list[str]:
+    try:
+        return _visible(os.listdir(directory))
+    except OSError:
+        return []  # recorded by its parent's stat; the load warns about it
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _visible(names: Iterable[str]) -> list[str]:
+    """Sorted names not starting with ``.`` (load order is name order, hence deterministic)."""
+    return sorted(n for n in names if not n.startswith("."))
+
+
+def _valid(pattern: re.Pattern[str], name: str) -> bool:
+    if pattern.fullmatch(name) is None:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a name that is not UTF-8 arrives with surrogate escapes
+        return False
+    return True
+
+
+def _errno(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+def _safe_name(pattern: re.Pattern[str], name: str) -> str:
+    """``name`` as a log line may carry it: as is if valid, else escaped and truncated."""
+    return name if _valid(pattern, name) else ascii(name)[:200]
+
+
+def _warn(reason: str, *, secret_id: str | None = None, tenant: str | None = None) -> None:
+    """The ``host_secret_ignored`` warning: which file or directory, and why; nothing else."""
+    names: dict[str, str] = {}
+    if secret_id is not None:
+        names["secret_id"] = _safe_name(_SECRET_ID, secret_id)
+    if tenant is not None:
+        names["tenant"] = _safe_name(_TENANT, tenant)
+    log.warning("host_secret_ignored", reason=reason, **names)
