@@ -26,6 +26,7 @@ across a marker); a hit that survives that is reported as ``leaked`` and never s
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -124,6 +125,8 @@ class Keyring:
         hits = []
         for key, s_start, s_end in self._matches(skel):
             start, end = skel.origin(s_start), skel.origin(s_end - 1) + 1
+            if not isinstance(skel.data, bytes):
+                end = _past_marks(text, end)
             for index, needle in self._needles[key]:
                 hits.append(self._widen(text, start, end, index, needle))
         if len(hits) > 1:
@@ -166,6 +169,13 @@ class Keyring:
 
 
 EMPTY_KEYRING = Keyring.compile({})
+
+
+def _past_marks(text: str, end: int) -> int:
+    """``end`` moved past combining marks and format characters that belong to the hit."""
+    while end < len(text) and unicodedata.category(text[end]) in ("Mn", "Me", "Cf"):
+        end += 1
+    return end
 
 
 def _detect(keyring: Keyring, text: str, patterns: bool, depth: int, budget: Budget) -> list[_Hit]:
