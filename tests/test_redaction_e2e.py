@@ -6,6 +6,7 @@ Secrets go in through ``run.begin`` / ``run.addSecrets``; what comes back from `
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sqlite3
@@ -210,6 +211,21 @@ def test_secrets_added_later_and_on_resume_are_used(client: SharedClient) -> Non
     assert resumed["content"] == "[REDACTED:a] [REDACTED:b] [REDACTED:g]"
     assert client.call("run.addSecrets", runId="w", secrets=[]) == {"count": 3}
     assert later_view(client, "n", "r") == [resumed, after, before]
+
+
+def test_concurrent_secret_merges_lose_nothing(client: SharedClient) -> None:
+    begin(client, "w")
+    values = {f"s{i}": f"MERGE-{hashlib.sha256(bytes([i])).hexdigest()[:24]}" for i in range(24)}
+    # Pipelined on one connection, the merges run concurrently; each compiles its keyring off
+    # the event loop, so they finish in any order and must not overwrite one another.
+    for i, (secret_id, value) in enumerate(values.items()):
+        params = client.scoped({"runId": "w", "secrets": secrets(**{secret_id: value})})
+        request = {"jsonrpc": "2.0", "id": 1000 + i, "method": "run.addSecrets", "params": params}
+        client.send_line(json.dumps(request).encode())
+    counts = sorted(client.read()["result"]["count"] for _ in values)
+    assert counts[-1] == len(values)
+    entry = put(client, "w", "n", " ".join(values.values()))
+    assert entry["content"] == " ".join(f"[REDACTED:{k}]" for k in values)
 
 
 def test_a_secret_of_another_run_is_not_applied(client: SharedClient) -> None:

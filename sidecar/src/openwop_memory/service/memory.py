@@ -11,8 +11,10 @@ import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol
 
+import anyio.to_thread
 import orjson
 from openwop_memory_client import (
     RunNotFoundError,
@@ -30,6 +32,7 @@ from openwop_memory_client.wire import (
     RunAddSecretsParams,
     RunBeginParams,
     RunEndParams,
+    SecretSpec,
 )
 
 from .. import __version__
@@ -37,8 +40,11 @@ from ..storage.base import EntryRow, PutRequest, Scope, Storage
 from ..timefmt import MAX_WIRE_US, format_us, now_us, parse_rfc3339
 from .redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from .refs import RefCodec
-from .runs import RunHandle, RunRegistry, merge_secrets
+from .runs import RunHandle, RunRegistry, compile_keyring, grown
 from .stats import Stats
+
+# Below this size redaction costs less than the hop to a worker thread and back.
+_INLINE_REDACTION_CHARS = 8192
 
 RedactionPolicy = Literal["rewrite", "reject", "reject-disguised"]
 PatternPolicy = Literal["off", "rewrite", "reject"]
@@ -126,10 +132,10 @@ class MemoryService:
     async def run_begin(self, p: RunBeginParams) -> dict[str, Any]:
         handle = self.runs.get(p.runId)
         if handle is not None and handle.tenant == p.tenant:
-            handle.keyring = merge_secrets(handle.keyring, p.secrets)
+            await self._add_secrets(handle, p.secrets)
             return self._begun(handle, resumed=True)
-        # Size the keyring before touching storage, so a refused begin writes nothing.
-        keyring = merge_secrets(EMPTY_KEYRING, p.secrets)
+        # Check the keyring before touching storage, so a refused begin writes nothing.
+        keyring = await grown(EMPTY_KEYRING, p.secrets)
         record = await self.storage.begin_run(
             p.runId,
             p.tenant,
@@ -139,7 +145,7 @@ class MemoryService:
         )
         handle = self.runs.get(p.runId)  # another begin of the same run may have raced us
         if handle is not None and handle.snapshot_seq == record.snapshot_seq:
-            handle.keyring = merge_secrets(handle.keyring, p.secrets)
+            await self._add_secrets(handle, p.secrets)
         else:
             handle = RunHandle(
                 record.run_id, record.tenant, record.snapshot_seq, record.snapshot_us, keyring
@@ -156,10 +162,25 @@ class MemoryService:
             "resumed": resumed,
         }
 
-    def run_add_secrets(self, p: RunAddSecretsParams) -> dict[str, Any]:
+    async def run_add_secrets(self, p: RunAddSecretsParams) -> dict[str, Any]:
         handle = self._open_run(p.runId)
-        handle.keyring = merge_secrets(handle.keyring, p.secrets)
+        await self._add_secrets(handle, p.secrets)
         return {"count": len(handle.keyring)}
+
+    @staticmethod
+    async def _add_secrets(handle: RunHandle, secrets: list[SecretSpec]) -> None:
+        """Merge ``secrets`` into the handle's keyring, safe against concurrent merges.
+
+        :raises ValidationError: see :func:`~.runs.merged_values`.
+        """
+        while True:
+            base = handle.keyring
+            keyring = await grown(base, secrets)
+            # Another merge may have finished while this one compiled; then merge again
+            # on top of it, or its secrets would be lost.
+            if handle.keyring is base:
+                handle.keyring = keyring
+                return
 
     def run_end(self, p: RunEndParams) -> dict[str, Any]:
         return {"ended": self.runs.end(p.runId)}
@@ -223,7 +244,8 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
-        request = self._redacted_request(self._keyring(handle), scope, p, expires_us)
+        keyring = await self._keyring(handle)
+        request = await self._redacted_request(keyring, scope, p, expires_us)
         row = await self.storage.put(request, now_us())
         return entry_to_wire(row)
 
@@ -257,7 +279,7 @@ class MemoryService:
                 )
         return expires_us
 
-    def _redacted_request(
+    async def _redacted_request(
         self,
         keyring: Keyring,
         scope: Scope,
@@ -266,9 +288,7 @@ class MemoryService:
     ) -> PutRequest:
         # Tags are redacted as sent, so every field name below indexes the request's tags;
         # empty and repeated tags are dropped afterwards.
-        redacted = redact_entry(
-            keyring, p.entry.content, tuple(p.entry.tags), patterns=self.config.credential_patterns
-        )
+        redacted = await self._redact(keyring, p.entry)
         refused = self._refused(redacted)
         if refused:
             raise SecretLeakageError(
@@ -294,6 +314,15 @@ class MemoryService:
         key = None if p.idempotencyKey is None else self.refs.keyed_id(p.idempotencyKey)
         return PutRequest(scope, redacted.content, tags, expires_us, key, digest)
 
+    async def _redact(self, keyring: Keyring, entry: EntryInput) -> Redacted:
+        """Redact ``entry``; a large one in a worker thread, so small requests are not held
+        up behind it (a 64 KiB entry takes milliseconds)."""
+        args = (keyring, entry.content, tuple(entry.tags))
+        patterns = self.config.credential_patterns
+        if len(entry.content) + sum(map(len, entry.tags)) <= _INLINE_REDACTION_CHARS:
+            return redact_entry(*args, patterns=patterns)
+        return await anyio.to_thread.run_sync(partial(redact_entry, *args, patterns=patterns))
+
     def _refused(self, redacted: Redacted) -> tuple[Finding, ...]:
         """The findings the policies refuse to store rather than rewrite (first field first)."""
         if redacted.leaked:
@@ -311,7 +340,7 @@ class MemoryService:
             )
         )
 
-    def _keyring(self, handle: RunHandle) -> Keyring:
+    async def _keyring(self, handle: RunHandle) -> Keyring:
         """The run's keyring merged with the host keyring for its tenant (the run's ids win).
 
         Compiled once per change of either, not per put.
@@ -323,22 +352,23 @@ class MemoryService:
         cached = handle.combined
         if cached is not None and cached[0] == generation and cached[1] is handle.keyring:
             return cached[2]
-        if not handle.keyring:
-            combined = self._host_keyring(handle.tenant, generation)
+        base = handle.keyring
+        if not base:
+            combined = await self._host_keyring(handle.tenant, generation)
         else:
             host_values = host.values_for(handle.tenant)
-            combined = Keyring.compile({**host_values, **handle.keyring.ids_by_value})
-        handle.combined = (generation, handle.keyring, combined)
+            combined = await compile_keyring({**host_values, **base.ids_by_value})
+        handle.combined = (generation, base, combined)
         return combined
 
-    def _host_keyring(self, tenant: str, generation: int) -> Keyring:
+    async def _host_keyring(self, tenant: str, generation: int) -> Keyring:
         assert self.host_secrets is not None
         if self._host_generation != generation:
             self._host_keyrings.clear()
             self._host_generation = generation
         keyring = self._host_keyrings.get(tenant)
         if keyring is None:
-            keyring = Keyring.compile(self.host_secrets.values_for(tenant))
+            keyring = await compile_keyring(self.host_secrets.values_for(tenant))
             if len(self._host_keyrings) >= 1024:  # a bound, not a policy: recompiling is cheap
                 self._host_keyrings.clear()
             self._host_keyrings[tenant] = keyring

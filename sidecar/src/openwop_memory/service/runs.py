@@ -8,18 +8,21 @@ evicted). An evicted run is not lost: its snapshot is persisted, and a put on it
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import anyio.to_thread
 from openwop_memory_client import ValidationError
 from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
 
 from .redaction import Keyring
 
 
-def merge_secrets(keyring: Keyring, secrets: list[SecretSpec]) -> Keyring:
-    """``keyring`` with ``secrets`` added (the first id registered for a value wins).
+def merged_values(keyring: Keyring, secrets: list[SecretSpec]) -> dict[str, str] | None:
+    """``keyring``'s values with ``secrets`` added (the first id registered for a value wins),
+    or None when nothing is new.
 
-    :raises ValidationError: the merged keyring would hold more than 256 secrets.
+    :raises ValidationError: more than 256 secrets, or a new id contains a value.
     """
     merged = dict(keyring.ids_by_value)
     for spec in secrets:
@@ -29,14 +32,29 @@ def merge_secrets(keyring: Keyring, secrets: list[SecretSpec]) -> Keyring:
             f"a run's keyring holds at most {MAX_SECRETS} secrets", {"field": "secrets"}
         )
     if len(merged) == len(keyring):
-        return keyring
+        return None
     # The id is written into every marker, so it must not carry any value of the keyring.
     for i, spec in enumerate(secrets):
         if any(value.casefold() in spec.id.casefold() for value in merged):
             raise ValidationError(
                 "a secret id must not contain a secret value", {"field": f"secrets[{i}].id"}
             )
-    return Keyring.compile(merged)
+    return merged
+
+
+async def compile_keyring(values: Mapping[str, str]) -> Keyring:
+    """:meth:`Keyring.compile` in a worker thread: it takes milliseconds per secret, and the
+    event loop must go on serving other runs meanwhile."""
+    return await anyio.to_thread.run_sync(Keyring.compile, values)
+
+
+async def grown(keyring: Keyring, secrets: list[SecretSpec]) -> Keyring:
+    """``keyring`` with ``secrets`` added, compiled (``keyring`` itself if nothing is new).
+
+    :raises ValidationError: see :func:`merged_values`.
+    """
+    merged = merged_values(keyring, secrets)
+    return keyring if merged is None else await compile_keyring(merged)
 
 
 @dataclass
