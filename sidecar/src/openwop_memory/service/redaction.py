@@ -6,9 +6,9 @@ What counts as a registered secret (marker ``[REDACTED:<secretId>]``):
   (case, compatibility forms, invisible characters, combining marks, look-alike letters,
   separators between characters);
 - its encodings (``redaction_needles.py``): hex, base64 and base32 at every alignment inside
-  a larger blob, of its UTF-8 and UTF-16 bytes, its SHA-256 digest, its reversal and rot13,
-  and any fragment of :data:`~.redaction_needles.FRAGMENT_CHARS` letters or digits beyond a
-  public prefix;
+  a larger blob, of its UTF-8 and UTF-16 bytes, its SHA-256 digest, its reversal and rot13;
+- any fragment of :data:`~.redaction_needles.FRAGMENT_CHARS` letters or digits beyond a
+  public prefix (``redaction_keyring.py``, which searches one text for all of the above);
 - anything decoded (``redaction_decode.py``): escapes applied to all or part of it, and
   nested or gzipped encodings, up to :data:`MAX_DEPTH` decodings within :data:`DECODE_BUDGET`;
 - the same across fields: content and tags are searched as one text, in the order sent.
@@ -26,19 +26,14 @@ across a marker); a hit that survives that is reported as ``leaked`` and never s
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-import ahocorasick_rs
-
 from .credential_patterns import find_credentials
 from .redaction_decode import Budget, blobs, escape_views
-from .redaction_fold import Skeleton, skeleton
-from .redaction_needles import CHUNK_CHARS, MIN_NEEDLE_CHARS, Kind, Needle, needles_for
+from .redaction_keyring import MIN_SECRET_CHARS, Hit, Keyring
 
-MIN_SECRET_CHARS = 8
 MAX_DEPTH = 3
 DECODE_BUDGET = 1 << 20
 _REWRITE_PASSES = 2
@@ -46,156 +41,31 @@ _REWRITE_PASSES = 2
 PatternPolicy = Literal["off", "rewrite", "reject"]
 _MARKER = re.compile(r"\[REDACTED:[^\]\x00-\x1f]{1,160}\]")
 _FIELD_SEPARATOR = "\0"
+EMPTY_KEYRING = Keyring.compile({})
 
 
 def marker(secret_id: str) -> str:
     return f"[REDACTED:{secret_id}]"
 
 
-class _Secret(NamedTuple):
-    value: str
-    id: str
-
-
-class _Hit(NamedTuple):
-    start: int
-    end: int
-    secret: int  # index into the keyring's secrets, or -1 for a credential pattern
-    pattern: str
-    disguised: bool
-
-
-class Keyring:
-    """A compiled keyring (value → secret id). Compile once per keyring change; immutable."""
-
-    def __init__(self, ids_by_value: Mapping[str, str]) -> None:
-        self.ids_by_value: Mapping[str, str] = {
-            v: i for v, i in ids_by_value.items() if len(v) >= MIN_SECRET_CHARS
-        }
-        self._secrets = tuple(_Secret(v, i) for v, i in sorted(self.ids_by_value.items()))
-        table: dict[str, list[tuple[int, Needle]]] = {}
-        self._literal: list[int] = []  # values too short once folded: matched verbatim
-        for index, secret in enumerate(self._secrets):
-            needles = needles_for(secret.value)
-            if not needles or needles[0].kind is not Kind.RAW:
-                self._literal.append(index)
-            for needle in needles:
-                table.setdefault(needle.folded, []).append((index, needle))
-        self._needles = list(table.values())
-        # One automaton over UTF-8 needles serves both skeleton kinds (see _matches).
-        self._keys = list(table)
-        self._automaton = (
-            ahocorasick_rs.BytesAhoCorasick(
-                [k.encode() for k in self._keys],
-                # Builds in a fifth of the DFA's time and scans fast enough (~150 MB/s).
-                implementation=ahocorasick_rs.Implementation.ContiguousNFA,
-            )
-            if table
-            else None
-        )
-        # A secret may be spread with separators; look this far around an escape for it.
-        self.margin = 4 * max((len(s.value) for s in self._secrets), default=0)
-
-    @classmethod
-    def compile(cls, ids_by_value: Mapping[str, str]) -> Keyring:
-        return cls(ids_by_value)
-
-    def __len__(self) -> int:
-        return len(self.ids_by_value)
-
-    def secret(self, index: int) -> _Secret:
-        return self._secrets[index]
-
-    def _matches(self, skel: Skeleton) -> list[tuple[int, int, int]]:
-        """(needle index, start, end) in skeleton characters."""
-        if self._automaton is None:
-            return []
-        if isinstance(skel.data, bytes):
-            return self._automaton.find_matches_as_indexes(skel.data, overlapping=True)
-        data = skel.data.encode()
-        found = self._automaton.find_matches_as_indexes(data, overlapping=True)
-        # Byte offsets to characters; needles are whole characters, so both ends are boundaries.
-        return [(k, len(data[:s].decode()), len(data[:e].decode())) for k, s, e in found]
-
-    def scan(self, text: str) -> list[_Hit]:
-        """Hits of registered secrets in ``text`` itself (no decoding)."""
-        if not self._secrets:
-            return []
-        skel = skeleton(text)
-        hits = []
-        for key, s_start, s_end in self._matches(skel):
-            start, end = skel.origin(s_start), skel.origin(s_end - 1) + 1
-            if not isinstance(skel.data, bytes):
-                end = _past_marks(text, end)
-            for index, needle in self._needles[key]:
-                hits.append(self._widen(text, start, end, index, needle))
-        if len(hits) > 1:
-            hits.extend(self._bridges(hits))
-        for index in self._literal:
-            value = self._secrets[index].value
-            at = text.find(value)
-            while at >= 0:
-                hits.append(_Hit(at, at + len(value), index, "", False))
-                at = text.find(value, at + 1)
-        return hits
-
-    def _bridges(self, hits: list[_Hit]) -> Iterator[_Hit]:
-        """Spans joining hits of one long value's chunks, which may leave gaps between them."""
-        by_secret: dict[int, list[_Hit]] = {}
-        for hit in hits:
-            by_secret.setdefault(hit.secret, []).append(hit)
-        for index, mine in by_secret.items():
-            value = self._secrets[index].value
-            if len(mine) < 2 or len(value) <= CHUNK_CHARS:
-                continue
-            start, end = min(h.start for h in mine), max(h.end for h in mine)
-            if end - start <= 4 * len(value):
-                yield _Hit(start, end, index, "", any(h.disguised for h in mine))
-
-    def _widen(self, text: str, start: int, end: int, index: int, needle: Needle) -> _Hit:
-        if needle.kind is Kind.RAW:
-            value = self._secrets[index].value
-            at = text.find(value, max(0, start - len(value)), end + len(value))
-            if 0 <= at <= start and at + len(value) >= end:
-                return _Hit(at, at + len(value), index, "", False)
-        elif needle.kind is Kind.ENCODED:
-            while start > 0 and text[start - 1] in needle.alphabet:
-                start -= 1
-            while end < len(text) and text[end] in needle.alphabet:
-                end += 1
-        elif needle.kind is Kind.FRAGMENT and text[start:end] in self._secrets[index].value:
-            return _Hit(start, end, index, "", False)
-        return _Hit(start, end, index, "", True)
-
-
-EMPTY_KEYRING = Keyring.compile({})
-
-
-def _past_marks(text: str, end: int) -> int:
-    """``end`` moved past combining marks and format characters that belong to the hit."""
-    while end < len(text) and unicodedata.category(text[end]) in ("Mn", "Me", "Cf"):
-        end += 1
-    return end
-
-
-def _detect(keyring: Keyring, text: str, patterns: bool, depth: int, budget: Budget) -> list[_Hit]:
+def _detect(keyring: Keyring, text: str, patterns: bool, depth: int, budget: Budget) -> list[Hit]:
     """Every hit in ``text``, in ``text``'s offsets, decoding up to ``MAX_DEPTH`` levels."""
     hits = keyring.scan(text)
     if patterns:
-        hits.extend(_Hit(s, e, -1, name, False) for s, e, name in find_credentials(text))
+        hits.extend(Hit(s, e, -1, name, False) for s, e, name in find_credentials(text))
     if depth >= MAX_DEPTH:
         return hits
     for view in escape_views(text, keyring.margin):
         for hit in _detect(keyring, view.text, patterns, depth + 1, budget):
             start, end = view.original_span(hit.start, hit.end)
-            hits.append(_Hit(start, end, hit.secret, hit.pattern, True))
+            hits.append(Hit(start, end, hit.secret, hit.pattern, True))
     for blob in blobs(text, budget):
         inner = {
             (h.secret, h.pattern)
             for decoded in blob.texts
             for h in _detect(keyring, decoded, patterns, depth + 1, budget)
         }
-        hits.extend(_Hit(blob.start, blob.end, s, p, True) for s, p in inner)
+        hits.extend(Hit(blob.start, blob.end, s, p, True) for s, p in inner)
     return hits
 
 
@@ -208,10 +78,10 @@ class _Span(NamedTuple):
     disguised: bool
 
 
-def _merged(keyring: Keyring, hits: list[_Hit]) -> list[_Span]:
+def _merged(keyring: Keyring, hits: list[Hit]) -> list[_Span]:
     """Overlapping hits as one span each, named by the longest secret (else a pattern)."""
     spans: list[_Span] = []
-    group: list[_Hit] = []
+    group: list[Hit] = []
     end = -1
     for hit in sorted(hits):
         if group and hit.start >= end:
@@ -224,7 +94,7 @@ def _merged(keyring: Keyring, hits: list[_Hit]) -> list[_Span]:
     return spans
 
 
-def _span(keyring: Keyring, group: list[_Hit]) -> _Span:
+def _span(keyring: Keyring, group: list[Hit]) -> _Span:
     secrets = [keyring.secret(h.secret) for h in group if h.secret >= 0]
     patterns = sorted({"pattern:" + h.pattern for h in group if h.secret < 0})
     label = min(secrets, key=lambda s: (-len(s.value), s.id)).id if secrets else patterns[0]
@@ -233,7 +103,9 @@ def _span(keyring: Keyring, group: list[_Hit]) -> _Span:
         max(h.end for h in group),
         marker(label),
         frozenset(s.id for s in secrets),
-        frozenset(patterns),
+        # A registered secret that also has a credential's shape is the secret: it is
+        # rewritten under its own id, and the credentials policy does not apply to it.
+        frozenset() if secrets else frozenset(patterns),
         any(h.disguised for h in group if h.secret >= 0),
     )
 
@@ -342,7 +214,6 @@ def redact_entry(
 
 __all__ = [
     "EMPTY_KEYRING",
-    "MIN_NEEDLE_CHARS",
     "MIN_SECRET_CHARS",
     "Finding",
     "Keyring",

@@ -195,6 +195,14 @@ def _as_text(data: bytes) -> str | None:
     return text if sum(c.isprintable() for c in text) * 10 >= len(text) * 9 else None
 
 
+def _pad(part: str, group: int, complete: tuple[int, ...]) -> str:
+    """``part`` cut to a length that ends a whole character and padded to ``group``; the
+    tail of a run is kept, as it may hold the end of the secret."""
+    while len(part) % group not in complete:
+        part = part[:-1]
+    return part + "=" * (-len(part) % group)
+
+
 def _decodings(compact: str) -> Iterator[bytes]:
     if len(compact) >= 32 and _HEX_ONLY.fullmatch(compact):
         for shift in (0, 1):
@@ -204,7 +212,7 @@ def _decodings(compact: str) -> Iterator[bytes]:
         for shift in range(8):
             part = compact[shift:]
             try:
-                yield base64.b32decode(part[: len(part) // 8 * 8])
+                yield base64.b32decode(_pad(part, 8, (0, 2, 4, 5, 7)))
             except binascii.Error:
                 continue
     letters = compact.translate(_PUNCTUATION)
@@ -214,7 +222,7 @@ def _decodings(compact: str) -> Iterator[bytes]:
     for shift in range(4):
         part = normal[shift:]
         try:
-            yield base64.b64decode(part[: len(part) // 4 * 4])
+            yield base64.b64decode(_pad(part, 4, (0, 2, 3)))
         except binascii.Error:
             continue
 
@@ -261,8 +269,8 @@ def _runs(text: str) -> Iterator[tuple[int, int]]:
 def _plausible(compact: str) -> bool:
     """Cheap test that a run could be an encoding rather than an identifier or a word."""
     letters = compact.translate(_PUNCTUATION)
-    if letters.isdigit():
-        return False
+    if letters.isdigit():  # hex of hex is often all digits; shorter numbers are just numbers
+        return letters == compact and len(compact) >= 32
     if letters.lower() == letters or letters.upper() == letters:
         # Single-case: only hex or base32 could be meant, and they have no punctuation.
         return letters == compact and bool(

@@ -20,21 +20,19 @@ import itertools
 import unicodedata
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-# Look-alikes folded before case folding (ambiguous letters are this table's purpose, hence
-# the RUF001 exemption below); both cases are listed where they differ in shape.
+# Look-alikes, keyed by their case-folded form so that a case change cannot get past them
+# (ambiguous letters are this table's purpose, hence the RUF001 exemption above). Where the
+# capital and small letter look like different Latin letters, the capital's wins.
 _CONFUSABLES = {
     # Cyrillic
-    "а": "a", "А": "a", "в": "b", "В": "b", "е": "e", "Е": "e", "ё": "e", "к": "k", "К": "k",
-    "м": "m", "М": "m", "н": "h", "Н": "h", "о": "o", "О": "o", "р": "p", "Р": "p",
-    "с": "c", "С": "c", "т": "t", "Т": "t", "у": "y", "У": "y", "х": "x", "Х": "x",
-    "і": "i", "І": "i", "ї": "i", "ј": "j", "Ј": "j", "ѕ": "s", "Ѕ": "s", "ԁ": "d",
-    "ԛ": "q", "ԝ": "w", "ɡ": "g", "ӏ": "l", "Ӏ": "l",
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p",
+    "с": "c", "т": "t", "у": "y", "х": "x", "і": "i", "ї": "i", "ј": "j", "ѕ": "s", "ԁ": "d",
+    "ԛ": "q", "ԝ": "w", "ɡ": "g", "ӏ": "l",
     # Greek
-    "α": "a", "Α": "a", "β": "b", "Β": "b", "ε": "e", "Ε": "e", "ζ": "z", "Ζ": "z",
-    "η": "n", "Η": "h", "ι": "i", "Ι": "i", "κ": "k", "Κ": "k", "μ": "u", "Μ": "m",
-    "ν": "v", "Ν": "n", "ο": "o", "Ο": "o", "ρ": "p", "Ρ": "p", "τ": "t", "Τ": "t",
-    "υ": "u", "Υ": "y", "χ": "x", "Χ": "x", "ω": "w",
+    "α": "a", "β": "b", "ε": "e", "ζ": "z", "η": "h", "ι": "i", "κ": "k", "μ": "m", "ν": "n",
+    "ο": "o", "ρ": "p", "τ": "t", "υ": "y", "χ": "x", "ω": "w",
     # Latin
     "ı": "i", "ℓ": "l", "ǀ": "l",
 }  # fmt: skip
@@ -54,16 +52,13 @@ def _fold_char(ch: str) -> str:
     """What one character contributes to a skeleton (possibly several characters, or none)."""
     if ch.isascii():
         return _fold_ascii(ch)
-    ch = _CONFUSABLES.get(ch, ch)
     out = []
     for part in unicodedata.normalize("NFKD", ch):
-        if unicodedata.combining(part):
+        if unicodedata.combining(part) or not part.isalnum():
             continue
-        part = _CONFUSABLES.get(part, part)
-        if part.isascii():
-            out.append(_fold_ascii(part))
-        elif part.isalnum():
-            out.extend(_fold_ascii(c) if c.isascii() else c for c in part.casefold())
+        for c in part.casefold():
+            c = _CONFUSABLES.get(c, c)
+            out.append(_fold_ascii(c) if c.isascii() else c)
     return "".join(out)
 
 
@@ -126,3 +121,32 @@ def skeleton(text: str) -> Skeleton:
     if text.isascii():
         return Skeleton(text, text.encode().translate(_ASCII_TABLE, _ASCII_DELETE))
     return Skeleton(text, text.translate(_FOLD_TABLE))
+
+
+class Folded(NamedTuple):
+    """A value's skeleton and, per skeleton character, the characters of the value around it
+    that fold to nothing (its punctuation), so a hit can take them in."""
+
+    text: str
+    before: list[str]  # what folds to nothing just before skeleton character k
+    after: list[str]  # ... and just after it
+
+
+def folded(value: str) -> Folded:
+    chars: list[str] = []
+    before: list[str] = []
+    after: list[str] = []
+    gap = ""
+    for ch in value:
+        piece = fold(ch)
+        if not piece:
+            gap += ch
+            if after:
+                after[-1] += ch
+            continue
+        for i, c in enumerate(piece):
+            chars.append(c)
+            before.append(gap if i == 0 else "")
+            after.append("")
+        gap = ""
+    return Folded("".join(chars), before, after)

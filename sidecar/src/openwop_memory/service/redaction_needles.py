@@ -1,11 +1,12 @@
 """The needles one secret is searched for, each already folded to a skeleton.
 
 A needle is a form the secret may take in a text (the value, its hex, its base64 at each
-byte alignment, its digest, its reversal, a fragment of it...) folded by
-:func:`~.redaction_fold.fold`, so that one search of a text's skeleton finds every form
-under every disguise the fold removes. :func:`needles_for` promises only needles of at
-least :data:`MIN_NEEDLE_CHARS` skeleton characters, so short forms never shred ordinary
-text.
+byte alignment, its digest, its reversal...) folded by :func:`~.redaction_fold.fold`, so
+that one search of a text's skeleton finds every form under every disguise the fold
+removes. :func:`form_needles` promises only needles of at least :data:`MIN_NEEDLE_CHARS`
+skeleton characters, so short forms never shred ordinary text. Fragments are searched
+differently (``redaction_keyring.py``); this module only says how long they are and which
+public prefix they skip.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import NamedTuple
 
-from .redaction_fold import fold
+from .redaction_fold import fold, folded
 
 MIN_NEEDLE_CHARS = 8
 FRAGMENT_CHARS = 12
@@ -27,12 +28,8 @@ FRAGMENT_CHARS = 12
 # encoding's alphabet to the whole encoded run. Fragments of a long value are sampled.
 ENCODED_PREFIX_BYTES = 48
 MAX_FRAGMENTS = 64
-# Needle lengths bound the automaton's size. An encoded form is cut to ENCODED_CHARS (still
-# far too long to occur by chance); a long value is searched as overlapping chunks, whose
-# hits merge back into one span.
-ENCODED_CHARS = 40
-CHUNK_CHARS = 48
-MAX_CHUNKS = 8
+# Needle lengths bound the automaton's size; 40 folded characters never occur by chance.
+HEAD_CHARS = 40
 
 # Prefixes that say which service a key is for, not which key; a fragment must have
 # FRAGMENT_CHARS letters or digits beyond them. Longest first, so the first hit is the longest.
@@ -62,13 +59,15 @@ class Kind(Enum):
     RAW = "raw"  # the value itself, in any disguise the fold removes
     ENCODED = "encoded"  # hex, base64, base32 or a digest: the whole encoded run is replaced
     TRANSFORMED = "transformed"  # reversed or rot13
-    FRAGMENT = "fragment"
+    # Fragments are not needles: see redaction_keyring.py.
 
 
 class Needle(NamedTuple):
     folded: str
     kind: Kind
-    alphabet: str  # characters an ENCODED hit's span is widened over ("" for other kinds)
+    alphabet: str = ""  # characters an ENCODED hit's span is widened over
+    pad_left: str = ""  # the value's punctuation a folded hit may take in on its left
+    pad_right: str = ""
 
 
 HEX = "0123456789abcdefABCDEF"
@@ -112,42 +111,26 @@ def _encoded_forms(value: str) -> Iterator[tuple[str, str]]:
         yield form, BASE32
 
 
-def _chunks(folded: str) -> list[str]:
-    """At most MAX_CHUNKS evenly spread chunks, the first and last included.
+def form_needles(value: str) -> list[Needle]:
+    """The needles of ``value``'s forms, none shorter than :data:`MIN_NEEDLE_CHARS`; may be
+    empty. The first needle is the value's own (kind RAW) when it folds to enough characters.
 
-    Chunks of a long value may leave gaps; the keyring bridges hits of one value's chunks.
-    """
-    if len(folded) <= CHUNK_CHARS:
-        return [folded]
-    last = len(folded) - CHUNK_CHARS
-    count = min(MAX_CHUNKS, -(-last // CHUNK_CHARS) + 1)
-    starts = sorted({last * i // (count - 1) for i in range(count)})
-    return [folded[i : i + CHUNK_CHARS] for i in starts]
-
-
-def needles_for(value: str) -> list[Needle]:
-    """Every needle of ``value``, none shorter than :data:`MIN_NEEDLE_CHARS`; may be empty.
-
-    The first needle is the value's own (kind RAW) when the value folds to enough characters.
+    Each is cut to its first :data:`HEAD_CHARS`: that is enough to find an occurrence, which
+    the keyring then grows to its whole length from the fragment windows.
     """
     out: list[Needle] = []
-    for text, kind in (
-        (value, Kind.RAW),
-        (value[::-1], Kind.TRANSFORMED),
-        (codecs.encode(value, "rot13"), Kind.TRANSFORMED),
-    ):
-        folded = fold(text)
-        if len(folded) >= MIN_NEEDLE_CHARS:
-            out.extend(Needle(chunk, kind, "") for chunk in _chunks(folded))
+    own = folded(value)
+    if len(own.text) >= MIN_NEEDLE_CHARS:
+        lead, trail = own.before[0], own.after[-1]
+        for text, kind, pads in (
+            (own.text, Kind.RAW, (lead, trail)),
+            (fold(value[::-1]), Kind.TRANSFORMED, (trail[::-1], lead[::-1])),
+            (fold(codecs.encode(value, "rot13")), Kind.TRANSFORMED, (lead, trail)),
+        ):
+            whole = len(text) <= HEAD_CHARS
+            out.append(Needle(text[:HEAD_CHARS], kind, "", pads[0], pads[1] if whole else ""))
     for form, alphabet in _encoded_forms(value):
-        folded = fold(form)[:ENCODED_CHARS]
-        if len(folded) >= MIN_NEEDLE_CHARS:
-            out.append(Needle(folded, Kind.ENCODED, alphabet))
-    private = fold(value[len(public_prefix(value)) :])
-    starts = len(private) - FRAGMENT_CHARS + 1
-    if starts > 1:
-        # With a stride, every fragment of FRAGMENT_CHARS + stride - 1 still holds a window.
-        stride = -(-starts // MAX_FRAGMENTS)
-        for i in range(0, starts, stride):
-            out.append(Needle(private[i : i + FRAGMENT_CHARS], Kind.FRAGMENT, ""))
+        encoded = fold(form)[:HEAD_CHARS]
+        if len(encoded) >= MIN_NEEDLE_CHARS:
+            out.append(Needle(encoded, Kind.ENCODED, alphabet))
     return out

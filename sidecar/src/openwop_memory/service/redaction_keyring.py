@@ -1,0 +1,314 @@
+"""A compiled keyring, and the search of one text for its secrets (no decoding here).
+
+Two automata over the text's skeleton (``redaction_fold.py``):
+
+- the *forms* (``redaction_needles.py``: the folded value, reversed, rot13, encoded), with
+  every overlapping match reported, since each occurrence yields only a few;
+- the *fragments*: 12-character windows of each value beyond its public prefix, matched
+  without overlap, and each match grown in both directions for as long as the text goes on
+  agreeing with the value. An occurrence thus costs a few matches and a few slice
+  comparisons however long it is, which keeps a text dense with secrets linear.
+
+:meth:`Keyring.scan` promises hits as original-text spans: a verbatim value is replaced
+exactly; a folded match also takes the punctuation the value has at that end; an encoded
+match takes its whole encoded run, across line wraps.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+import ahocorasick_rs
+
+from .redaction_fold import Folded, Skeleton, fold, folded, skeleton
+from .redaction_needles import (
+    FRAGMENT_CHARS,
+    MAX_FRAGMENTS,
+    Kind,
+    Needle,
+    form_needles,
+    public_prefix,
+)
+
+MIN_SECRET_CHARS = 8
+_FIELD_SEPARATOR = "\0"
+# A last line of a wrapped encoding this long is taken even when prose follows on its line.
+_MIN_WRAPPED_LINE = 16
+_LINE_BREAK = re.compile(r"\r?\n|\\r\\n|\\n")
+
+
+class Secret(NamedTuple):
+    value: str
+    id: str
+
+
+class Hit(NamedTuple):
+    start: int
+    end: int
+    secret: int  # index into the keyring's secrets, or -1 for a credential pattern
+    pattern: str
+    disguised: bool
+
+
+def _common_forward(a: str, i: int, b: str, j: int) -> int:
+    """Length of the longest common prefix of ``a[i:]`` and ``b[j:]`` (binary search)."""
+    lo, hi = 0, min(len(a) - i, len(b) - j)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[i : i + mid] == b[j : j + mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_backward(a: str, i: int, b: str, j: int) -> int:
+    """Length of the longest common suffix of ``a[:i]`` and ``b[:j]``."""
+    lo, hi = 0, min(i, j)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[i - mid : i] == b[j - mid : j]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _char_offsets(data: bytes, positions: set[int]) -> dict[int, int]:
+    """UTF-8 byte offsets (all at character boundaries) to character offsets, in one pass."""
+    out: dict[int, int] = {}
+    chars = last = 0
+    for pos in sorted(positions):
+        chars += len(data[last:pos].decode())
+        last = pos
+        out[pos] = chars
+    return out
+
+
+class Keyring:
+    """A compiled keyring (value → secret id). Compile once per keyring change; immutable.
+
+    Values shorter than :data:`MIN_SECRET_CHARS` are left out.
+    """
+
+    def __init__(self, ids_by_value: Mapping[str, str]) -> None:
+        self.ids_by_value: Mapping[str, str] = {
+            v: i for v, i in ids_by_value.items() if len(v) >= MIN_SECRET_CHARS
+        }
+        self._secrets = tuple(Secret(v, i) for v, i in sorted(self.ids_by_value.items()))
+        forms: dict[str, list[tuple[int, Needle]]] = {}
+        windows: dict[str, list[tuple[int, int]]] = {}
+        self._literal: list[int] = []  # values too short once folded: matched verbatim
+        self._sources: list[tuple[int, Folded]] = []  # (secret, the value, reversed or rot13)
+        for index, secret in enumerate(self._secrets):
+            value = secret.value
+            needles = form_needles(value)
+            if not needles or needles[0].kind is not Kind.RAW:
+                self._literal.append(index)
+            for needle in needles:
+                forms.setdefault(needle.folded, []).append((index, needle))
+            prefix = public_prefix(value)
+            private = value[len(prefix) :]
+            for source, window_text in (
+                (value, private),
+                (value[::-1], private[::-1]),
+                (codecs.encode(value, "rot13"), codecs.encode(private, "rot13")),
+            ):
+                self._add_windows(windows, index, folded(source), fold(window_text))
+        self._forms = list(forms.values())
+        self._windows = list(windows.values())
+        # ContiguousNFA builds in a fifth of the DFA's time and still scans at ~150 MB/s.
+        nfa = ahocorasick_rs.Implementation.ContiguousNFA
+        self._forms_ac = (
+            ahocorasick_rs.BytesAhoCorasick([k.encode() for k in forms], implementation=nfa)
+            if forms
+            else None
+        )
+        self._windows_ac = (
+            ahocorasick_rs.BytesAhoCorasick(
+                [k.encode() for k in windows],
+                matchkind=ahocorasick_rs.MatchKind.LeftmostFirst,
+                implementation=nfa,
+            )
+            if windows
+            else None
+        )
+        # A secret may be spread with separators; look this far around an escape for it.
+        self.margin = 4 * max((len(s.value) for s in self._secrets), default=0)
+
+    def _add_windows(
+        self,
+        windows: dict[str, list[tuple[int, int]]],
+        index: int,
+        source: Folded,
+        private: str,
+    ) -> None:
+        """Register the fragment windows of ``private``, which ``source`` ends with (the value,
+        rot13) or starts with (reversed)."""
+        starts = len(private) - FRAGMENT_CHARS + 1
+        if starts <= 0:
+            return
+        at = len(source.text) - len(private) if source.text.endswith(private) else 0
+        self._sources.append((index, source))
+        number = len(self._sources) - 1
+        # Sampled with a stride on long values: a fragment of FRAGMENT_CHARS + stride - 1
+        # still holds a window, and growing the match recovers the rest of it.
+        for i in range(0, starts, -(-starts // MAX_FRAGMENTS)):
+            windows.setdefault(private[i : i + FRAGMENT_CHARS], []).append((number, at + i))
+
+    @classmethod
+    def compile(cls, ids_by_value: Mapping[str, str]) -> Keyring:
+        return cls(ids_by_value)
+
+    def __len__(self) -> int:
+        return len(self.ids_by_value)
+
+    def secret(self, index: int) -> Secret:
+        return self._secrets[index]
+
+    def scan(self, text: str) -> list[Hit]:
+        """Hits of registered secrets in ``text`` itself (no decoding). Never raises."""
+        if not self._secrets:
+            return []
+        skel = skeleton(text)
+        data = skel.data if isinstance(skel.data, bytes) else skel.data.encode()
+        forms = (
+            self._forms_ac.find_matches_as_indexes(data, overlapping=True) if self._forms_ac else []
+        )
+        windows = self._windows_ac.find_matches_as_indexes(data) if self._windows_ac else []
+        hits: list[Hit] = []
+        if forms or windows:
+            if isinstance(skel.data, str):  # byte offsets to characters
+                at = _char_offsets(data, {p for _, s, e in forms + windows for p in (s, e)})
+                forms = [(k, at[s], at[e]) for k, s, e in forms]
+                windows = [(k, at[s], at[e]) for k, s, e in windows]
+            for key, s_start, s_end in forms:
+                start, end = self._span(skel, s_start, s_end)
+                for index, needle in self._forms[key]:
+                    hits.append(self._widen(text, start, end, index, needle))
+            hits.extend(self._fragments(skel, windows))
+        for index in self._literal:
+            value = self._secrets[index].value
+            at_ = text.find(value)
+            while at_ >= 0:
+                hits.append(Hit(at_, at_ + len(value), index, "", False))
+                at_ = text.find(value, at_ + 1)
+        return hits
+
+    @staticmethod
+    def _span(skel: Skeleton, s_start: int, s_end: int) -> tuple[int, int]:
+        """The original span of skeleton ``[s_start, s_end)``, with trailing marks."""
+        start, end = skel.origin(s_start), skel.origin(s_end - 1) + 1
+        text = skel.text
+        while end < len(text) and unicodedata.category(text[end]) in ("Mn", "Me", "Cf"):
+            end += 1
+        return start, end
+
+    def _fragments(self, skel: Skeleton, windows: list[tuple[int, int, int]]) -> Iterator[Hit]:
+        """Each window match grown to the whole stretch the text shares with its source."""
+        if not windows:
+            return
+        data = skel.data.decode() if isinstance(skel.data, bytes) else skel.data
+        reached: dict[int, int] = {}  # source → skeleton end of its last grown stretch
+        for key, s_start, s_end in windows:
+            for number, at in self._windows[key]:
+                if reached.get(number, -1) >= s_end:
+                    continue  # inside a stretch already found
+                index, source = self._sources[number]
+                right = _common_forward(data, s_end, source.text, at + FRAGMENT_CHARS)
+                left = _common_backward(data, s_start, source.text, at)
+                reached[number] = s_end + right
+                start, end = self._span(skel, s_start - left, s_end + right)
+                first, last = at - left, at + FRAGMENT_CHARS + right - 1
+                yield self._padded(
+                    skel.text, start, end, index, source.before[first], source.after[last]
+                )
+
+    def _padded(
+        self, text: str, start: int, end: int, index: int, pad_left: str, pad_right: str
+    ) -> Hit:
+        """A folded hit, with as much of the value's own punctuation at either end as the
+        text has there."""
+        start -= _pad_reach(text, start, pad_left, -1)
+        end += _pad_reach(text, end, pad_right, 1)
+        return Hit(start, end, index, "", text[start:end] not in self._secrets[index].value)
+
+    def _widen(self, text: str, start: int, end: int, index: int, needle: Needle) -> Hit:
+        if needle.kind is Kind.ENCODED:
+            start, end = _encoded_run(text, start, end, needle.alphabet)
+            return Hit(start, end, index, "", True)
+        if needle.kind is Kind.RAW:
+            value = self._secrets[index].value
+            at = text.find(value, max(0, start - len(value)), end + len(value))
+            if 0 <= at <= start and at + len(value) >= end:
+                return Hit(at, at + len(value), index, "", False)
+        hit = self._padded(text, start, end, index, needle.pad_left, needle.pad_right)
+        return hit._replace(disguised=True)
+
+
+def _pad_reach(text: str, at: int, pad: str, step: int) -> int:
+    """How far from ``at`` (leftwards for ``step`` -1, rightwards for 1) the value's own
+    punctuation ``pad`` goes on in ``text``, separators between its characters allowed.
+
+    Whitespace never counts: a space at a hit's edge separates as often as it belongs to the
+    secret, and prose must come back as it was.
+    """
+    wanted = {unicodedata.normalize("NFKC", c) for c in pad} - set(" \t\r\n")
+    if not wanted:
+        return 0
+    reach = 0
+    i = at if step > 0 else at - 1
+    for distance in range(1, 3 * len(pad) + 1):
+        if not 0 <= i < len(text) or text[i] == _FIELD_SEPARATOR or fold(text[i]):
+            break
+        if unicodedata.normalize("NFKC", text[i]) in wanted:
+            reach = distance
+        i += step
+    return reach
+
+
+def _encoded_run(text: str, start: int, end: int, alphabet: str) -> tuple[int, int]:
+    """The whole encoded run around ``[start, end)``, taking in whole lines of the alphabet
+    on either side (a line-wrapped encoding)."""
+    while True:
+        while start > 0 and text[start - 1] in alphabet:
+            start -= 1
+        line_end = start
+        for brk in ("\r\n", "\n", "\\r\\n", "\\n"):
+            if text.endswith(brk, 0, start):
+                line_end = start - len(brk)
+                break
+        line_start = line_end
+        while line_start > 0 and text[line_start - 1] in alphabet:
+            line_start -= 1
+        if line_end == start or line_start == line_end or _breaks_before(text, line_start):
+            break
+        start = line_start
+    while True:
+        while end < len(text) and text[end] in alphabet:
+            end += 1
+        wrap = _LINE_BREAK.match(text, end)
+        if wrap is None:
+            break
+        line_end = wrap.end()
+        while line_end < len(text) and text[line_end] in alphabet:
+            line_end += 1
+        whole_line = _ends_line(text, line_end) or line_end - wrap.end() >= _MIN_WRAPPED_LINE
+        if line_end == wrap.end() or not whole_line:
+            break
+        end = line_end
+    return start, end
+
+
+def _breaks_before(text: str, at: int) -> bool:
+    """True when the line ending at ``at``'s left is not a whole line of the run (the run's
+    previous line must start at a line break or the start of the text)."""
+    return not (at == 0 or text[at - 1] in "\n\"'" or text.endswith("\\n", 0, at))
+
+
+def _ends_line(text: str, at: int) -> bool:
+    return at == len(text) or _LINE_BREAK.match(text, at) is not None or text[at] in "\"'"
