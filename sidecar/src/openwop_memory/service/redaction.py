@@ -25,18 +25,21 @@ across a marker); a hit that survives that is reported as ``leaked`` and never s
 
 from __future__ import annotations
 
+import itertools
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from .credential_patterns import find_credentials
-from .redaction_decode import Budget, blobs, escape_views
+from .redaction_decode import Budget, View, blobs, escape_views
 from .redaction_keyring import MIN_SECRET_CHARS, Hit, Keyring
 
 MAX_DEPTH = 3
 DECODE_BUDGET = 1 << 20
 _REWRITE_PASSES = 2
+_ROOM_OVERLAP = 16
 
 PatternPolicy = Literal["off", "rewrite", "reject"]
 _MARKER = re.compile(r"\[REDACTED:[^\]\x00-\x1f]{1,160}\]")
@@ -48,25 +51,74 @@ def marker(secret_id: str) -> str:
     return f"[REDACTED:{secret_id}]"
 
 
-def _detect(keyring: Keyring, text: str, patterns: bool, depth: int, budget: Budget) -> list[Hit]:
-    """Every hit in ``text``, in ``text``'s offsets, decoding up to ``MAX_DEPTH`` levels."""
+def _detect(
+    keyring: Keyring,
+    text: str,
+    patterns: bool,
+    depth: int,
+    budget: Budget,
+    view: View | None = None,
+) -> list[Hit]:
+    """Every hit in ``text``, in ``text``'s offsets, decoding up to ``MAX_DEPTH`` levels.
+
+    ``text`` is ``view``'s text when it is an escape-decoded view; then only what decoding
+    changed is decoded further, the rest having been decoded in the original already.
+    """
     hits = keyring.scan(text)
     if patterns:
         hits.extend(Hit(s, e, -1, name, False) for s, e, name in find_credentials(text))
     if depth >= MAX_DEPTH:
         return hits
-    for view in escape_views(text, keyring.margin):
-        for hit in _detect(keyring, view.text, patterns, depth + 1, budget):
-            start, end = view.original_span(hit.start, hit.end)
+    covered = _Covered(hits)
+
+    def keep(start: int, end: int) -> bool:
+        # Inside a hit it is replaced anyway: decoding it again would only cost time.
+        return not covered(start, end) and (view is None or view.decoded_within(start, end))
+
+    for inner in escape_views(text, keyring.margin, keep, covered.room):
+        for hit in _detect(keyring, inner.text, patterns, depth + 1, budget, inner):
+            start, end = inner.original_span(hit.start, hit.end)
             hits.append(Hit(start, end, hit.secret, hit.pattern, True))
-    for blob in blobs(text, budget):
-        inner = {
-            (h.secret, h.pattern)
-            for decoded in blob.texts
-            for h in _detect(keyring, decoded, patterns, depth + 1, budget)
-        }
-        hits.extend(Hit(blob.start, blob.end, s, p, True) for s, p in inner)
+    found = list(blobs(text, budget, keep))
+    if found:
+        # All decodings searched as one text (a call per decoding costs more than the search);
+        # a hit inside the decodings of a run stands for the whole run.
+        decodings = [(blob, decoded) for blob in found for decoded in blob.texts]
+        starts = list(itertools.accumulate((len(d) + 1 for _, d in decodings), initial=0))
+        joined = _FIELD_SEPARATOR.join(d for _, d in decodings)
+        for hit in _detect(keyring, joined, patterns, depth + 1, budget):
+            first = bisect_right(starts, hit.start) - 1
+            last = bisect_right(starts, hit.end - 1) - 1
+            for blob, _ in decodings[first : last + 1]:
+                hits.append(Hit(blob.start, blob.end, hit.secret, hit.pattern, True))
     return hits
+
+
+class _Covered:
+    """Whether a span lies inside one of the hits' spans (merged)."""
+
+    def __init__(self, hits: list[Hit]) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for hit in sorted(hits):
+            if self._ends and hit.start <= self._ends[-1]:
+                self._ends[-1] = max(self._ends[-1], hit.end)
+            else:
+                self._starts.append(hit.start)
+                self._ends.append(hit.end)
+
+    def __call__(self, start: int, end: int) -> bool:
+        i = bisect_right(self._starts, start) - 1
+        return i >= 0 and self._ends[i] >= end
+
+    def room(self, start: int, end: int) -> tuple[int, int]:
+        """The gap between hits around ``[start, end)``. A view need not reach past it: what
+        lies inside a hit is replaced with it anyway, and a dense text stays cheap."""
+        i = bisect_right(self._starts, start) - 1
+        floor = self._ends[i] if i >= 0 else 0
+        ceiling = self._starts[i + 1] if i + 1 < len(self._starts) else 1 << 62
+        # A little way into the hits, so an escape a hit ends inside is still read whole.
+        return floor - _ROOM_OVERLAP, ceiling + _ROOM_OVERLAP
 
 
 class _Span(NamedTuple):
@@ -79,12 +131,19 @@ class _Span(NamedTuple):
 
 
 def _merged(keyring: Keyring, hits: list[Hit]) -> list[_Span]:
-    """Overlapping hits as one span each, named by the longest secret (else a pattern)."""
+    """Overlapping hits as one span each, named by the longest secret (else a pattern).
+
+    Touching hits of one secret are one span too when one is disguised (the escaped head of
+    a secret and its plain tail); other touching hits stay apart.
+    """
     spans: list[_Span] = []
     group: list[Hit] = []
     end = -1
     for hit in sorted(hits):
-        if group and hit.start >= end:
+        touching_same = hit.start == end and any(
+            h.secret == hit.secret and (h.disguised or hit.disguised) for h in group
+        )
+        if group and hit.start >= end and not touching_same:
             spans.append(_span(keyring, group))
             group = []
         group.append(hit)

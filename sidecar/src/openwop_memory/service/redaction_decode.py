@@ -21,7 +21,7 @@ import html
 import re
 import zlib
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 MAX_GZIP_OUTPUT = 256 * 1024
@@ -31,11 +31,13 @@ MAX_GZIP_OUTPUT = 256 * 1024
 # One regex per leading character: each scans at C speed for its literal, where one
 # alternation of them all would try every branch at every "=" of ordinary code.
 _HINTS = tuple(
-    re.compile(p)
-    for p in (
+    # Each starts with its literal (a leading group would defeat the prefix scan), and a
+    # run of escapes is one hint.
+    re.compile(f"{head}(?:{head})*")
+    for head in (
         r"%[0-9A-Fa-f]{2}",
-        r"&(?:#|[A-Za-z][A-Za-z0-9]{1,31};)",
-        r"\\[uUx0-7]",
+        r"&(?:#[xX]?[0-9A-Fa-f]{1,7};?|[A-Za-z][A-Za-z0-9]{1,31};)",
+        r"\\(?:[uU]\{?[0-9A-Fa-f]{1,8}\}?|x[0-9A-Fa-f]{2}|[0-7]{1,3})",
         r"=(?:[0-9A-F]{2}|\r?\n)",
     )
 )
@@ -47,8 +49,8 @@ _TOKEN = re.compile(
     |(?P<oct>(?:\\[0-7]{1,3})+)
     |(?P<uni>(?:\\u\{[0-9A-Fa-f]{1,6}\}|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})+)
     |(?P<qp>(?:=[0-9A-F]{2}|=\r?\n)+)
-    |(?P<ent>&\#[0-9]{1,7};?|&\#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};)
-    |(?P<esc>\\[\\"'/bfnrt]))""",
+    |(?P<ent>(?:&\#[0-9]{1,7};?|&\#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};)+)
+    |(?P<esc>(?:\\[\\"'/bfnrt])+))""",
     re.X,
 )
 _SIMPLE = {"\\": "\\", '"': '"', "'": "'", "/": "/", "b": "\b", "f": "\f", "n": "\n"}
@@ -105,7 +107,7 @@ def _decode_token(m: re.Match[str]) -> str:
         return bytes_text(bytes.fromhex(hexits))
     if kind == "ent":
         return html.unescape(token)
-    return _SIMPLE[token[1]]
+    return "".join(_SIMPLE[c] for c in token[1::2])
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,16 @@ class View:
     def original_span(self, start: int, end: int) -> tuple[int, int]:
         """The smallest original span covering view ``[start, end)``; tokens count whole."""
         return self._locate(start, first=True), self._locate(end - 1, first=False)
+
+    def decoded_within(self, start: int, end: int) -> bool:
+        """Whether view ``[start, end)`` holds anything decoded (else the original has it
+        as is, and it was searched there)."""
+        i = bisect_right(self._view_starts, start) - 1
+        while i < len(self._spans) and self._view_starts[i] < end:
+            if self._spans[i][2]:
+                return True
+            i += 1
+        return False
 
     def _locate(self, position: int, *, first: bool) -> int:
         i = bisect_right(self._view_starts, position) - 1
@@ -155,12 +167,20 @@ def _decoded(text: str, offset: int) -> View:
     return View("".join(pieces), offset, view_starts, spans)
 
 
-def escape_views(text: str, margin: int) -> Iterator[View]:
-    """Decoded views of the stretches of ``text`` within ``margin`` of an escape."""
+Keep = Callable[[int, int], bool]
+Room = Callable[[int, int], tuple[int, int]]
+
+
+def escape_views(text: str, margin: int, keep: Keep, room: Room) -> Iterator[View]:
+    """Decoded views of the stretches of ``text`` within ``margin`` of an escape that
+    ``keep(start, end)`` accepts, each inside the ``room(start, end)`` it has."""
     start = end = -1
     found = sorted(m.span() for hint in _HINTS for m in hint.finditer(text))
     for at, until in found:
-        lo, hi = max(0, at - margin), min(len(text), until + margin)
+        if not keep(at, until):
+            continue
+        floor, ceiling = room(at, until)
+        lo, hi = max(0, at - margin, floor), min(len(text), until + margin, ceiling)
         if lo > end:
             if end > start:
                 yield _decoded(text[start:end], start)
@@ -238,6 +258,13 @@ def _gunzip(data: bytes, budget: Budget) -> bytes | None:
 
 _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-"
 _RUN_MAP = bytes(0x61 if c in _ALPHABET else 0x20 for c in range(256))
+_CLASS_MAP = bytes(
+    b"u"[0] if chr(c).isupper() and c < 128 else
+    b"l"[0] if chr(c).islower() and c < 128 else
+    b"d"[0] if chr(c).isdigit() and c < 128 else
+    b"p"[0] if chr(c) in "+/_-" else 0x20
+    for c in range(256)
+)  # fmt: skip
 _MIN_RUN = 16
 _RUN_SEED = b"a" * _MIN_RUN
 _WRAP = re.compile(r"={0,2}(?:\r?\n|\\r\\n|\\n)(?=[A-Za-z0-9+/_-])")
@@ -246,10 +273,12 @@ _NOISY = re.compile(r"[=\r\n\\]")
 _TAIL = re.compile(r"={0,2}(?:(?:\r?\n|\\r\\n|\\n)[A-Za-z0-9+/_-]{1,15}={0,2})?")
 
 
-def _runs(text: str) -> Iterator[tuple[int, int]]:
-    """Runs of at least 16 base64 characters, line-wrapped ones joined, end padding included."""
-    # One C-level pass over a same-length byte map: several times faster than a regex.
-    mapped = text.encode("latin-1", "replace").translate(_RUN_MAP)
+def _runs(text: str, mapped: bytes) -> Iterator[tuple[int, int]]:
+    """Runs of at least 16 base64 characters, line-wrapped ones joined, end padding included.
+
+    ``mapped`` is ``text`` as :data:`_RUN_MAP` maps it: finding runs there is one C-level
+    pass, several times faster than a regex.
+    """
     at = mapped.find(_RUN_SEED)
     while at >= 0:
         start = at
@@ -266,26 +295,27 @@ def _runs(text: str) -> Iterator[tuple[int, int]]:
         at = mapped.find(_RUN_SEED, end)
 
 
-def _plausible(compact: str) -> bool:
-    """Cheap test that a run could be an encoding rather than an identifier or a word."""
-    letters = compact.translate(_PUNCTUATION)
-    if letters.isdigit():  # hex of hex is often all digits; shorter numbers are just numbers
-        return letters == compact and len(compact) >= 32
-    if letters.lower() == letters or letters.upper() == letters:
-        # Single-case: only hex or base32 could be meant, and they have no punctuation.
-        return letters == compact and bool(
-            _BASE32_ONLY.fullmatch(compact) or (len(compact) >= 32 and _HEX_ONLY.fullmatch(compact))
-        )
-    return len(letters) >= 32 or not letters.isalpha()
+def _plausible(classes: bytes, start: int, end: int) -> bool:
+    """Cheap test (counts over a class map) that a run could be an encoding rather than an
+    identifier, a word or a number."""
+    upper, lower = classes.count(b"u", start, end), classes.count(b"l", start, end)
+    digits, punctuation = classes.count(b"d", start, end), classes.count(b"p", start, end)
+    if upper and lower:
+        return digits > 0 or upper + lower >= 32
+    # Single-case or no letters: only hex (32+) or base32 (upper case), neither with + / _ -.
+    return not punctuation and (upper > 0 or lower + digits >= 32)
 
 
-def blobs(text: str, budget: Budget) -> Iterator[Blob]:
-    """The runs of ``text`` that decode to something textual, with those decodings."""
-    for start, end in _runs(text):
+def blobs(text: str, budget: Budget, keep: Keep) -> Iterator[Blob]:
+    """The runs of ``text`` that ``keep(start, end)`` accepts and that decode to something
+    textual, with those decodings."""
+    latin = text.encode("latin-1", "replace")
+    classes = latin.translate(_CLASS_MAP)
+    for start, end in _runs(text, latin.translate(_RUN_MAP)):
+        if not keep(start, end) or not _plausible(classes, start, end):
+            continue
         run = text[start:end]
         compact = _BLOB_NOISE.sub("", run) if _NOISY.search(run) else run
-        if not _plausible(compact):
-            continue
         texts = []
         for data in _decodings(compact):
             if not budget.take(len(data)):

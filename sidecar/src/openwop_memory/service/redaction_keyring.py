@@ -138,7 +138,7 @@ class Keyring:
             else None
         )
         # A secret may be spread with separators; look this far around an escape for it.
-        self.margin = 4 * max((len(s.value) for s in self._secrets), default=0)
+        self.margin = 2 * max((len(s.value) for s in self._secrets), default=0)
 
     def _add_windows(
         self,
@@ -243,9 +243,11 @@ class Keyring:
             return Hit(start, end, index, "", True)
         if needle.kind is Kind.RAW:
             value = self._secrets[index].value
-            at = text.find(value, max(0, start - len(value)), end + len(value))
-            if 0 <= at <= start and at + len(value) >= end:
-                return Hit(at, at + len(value), index, "", False)
+            at = text.find(value, max(0, start - len(value)))
+            while 0 <= at <= start:  # the verbatim occurrence holding the match, if any
+                if at + len(value) >= end:
+                    return Hit(at, at + len(value), index, "", False)
+                at = text.find(value, at + 1)
         hit = self._padded(text, start, end, index, needle.pad_left, needle.pad_right)
         return hit._replace(disguised=True)
 

@@ -70,7 +70,8 @@ class Needle(NamedTuple):
     pad_right: str = ""
 
 
-HEX = "0123456789abcdefABCDEF"
+# Percent-encoding and quoted-printable of every byte read as hex with "%" or "=" between.
+HEX = "0123456789abcdefABCDEF%="
 BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-="
 BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567="
 
