@@ -20,41 +20,37 @@ import binascii
 import html
 import re
 import zlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_GZIP_OUTPUT = 256 * 1024
 
-# Only escapes that can hide a letter or digit open a region; a region also decodes the
-# simple backslash escapes (``\\"``, ``\\n``) inside it.
-# One regex per leading character: each scans at C speed for its literal, where one
-# alternation of them all would try every branch at every "=" of ordinary code.
-_HINTS = tuple(
-    # Each starts with its literal (a leading group would defeat the prefix scan), and a
-    # run of escapes is one hint.
-    re.compile(f"{head}(?:{head})*")
-    for head in (
-        r"%[0-9A-Fa-f]{2}",
-        r"&(?:#[xX]?[0-9A-Fa-f]{1,7};?|[A-Za-z][A-Za-z0-9]{1,31};)",
-        r"\\(?:[uU]\{?[0-9A-Fa-f]{1,8}\}?|x[0-9A-Fa-f]{2}|[0-7]{1,3})",
-        r"=(?:[0-9A-F]{2}|\r?\n)",
-    )
+# Escapes, one regex per leading character so that each scans at C speed for its literal
+# (one alternation of them all tries every branch at every "=" of ordinary code), and a run
+# of escapes is one token.
+_ESCAPE = (
+    r"%[0-9A-Fa-f]{2}",
+    r"&(?:#[0-9]{1,7};?|#[xX][0-9A-Fa-f]{1,6};?|[A-Za-z][A-Za-z0-9]{1,31};)",
+    r"\\(?:u\{[0-9A-Fa-f]{1,6}\}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{1,3})",
+    r"=(?:[0-9A-F]{2}|\r?\n)",
 )
-# The leading look-ahead lets the regex engine skip to candidate characters at C speed;
-# without it this alternation scans ten times slower.
-_TOKEN = re.compile(
-    r"""(?=[%\\&=])(?:(?P<pct>(?:%[0-9A-Fa-f]{2})+)
-    |(?P<hx>(?:\\x[0-9A-Fa-f]{2})+)
-    |(?P<oct>(?:\\[0-7]{1,3})+)
-    |(?P<uni>(?:\\u\{[0-9A-Fa-f]{1,6}\}|\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})+)
-    |(?P<qp>(?:=[0-9A-F]{2}|=\r?\n)+)
-    |(?P<ent>(?:&\#[0-9]{1,7};?|&\#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};)+)
-    |(?P<esc>(?:\\[\\"'/bfnrt])+))""",
-    re.X,
+_ESCAPE_RUNS = tuple(re.compile(f"{one}(?:{one})*") for one in _ESCAPE)
+# Backslash escapes that put a letter into the raw skeleton (JSON's \n of a PEM key):
+# decoded inside a view, but they do not open one.
+_LETTER_ESCAPES = re.compile(r"\\[nrtbf](?:\\[nrtbf])*")
+_BACKSLASH = re.compile(
+    r"\\(?:u\{(?P<u1>[0-9A-Fa-f]{1,6})\}|u(?P<u2>[0-9A-Fa-f]{4})|U(?P<u3>[0-9A-Fa-f]{8})"
+    r"|x(?P<x>[0-9A-Fa-f]{2})|(?P<o>[0-7]{1,3})|(?P<c>[nrtbf]))"
 )
-_SIMPLE = {"\\": "\\", '"': '"', "'": "'", "/": "/", "b": "\b", "f": "\f", "n": "\n"}
-_SIMPLE |= {"r": "\r", "t": "\t"}
+_SIMPLE = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+# A run of escapes that stands for control characters only (checked without decoding).
+_CONTROL_RUN = re.compile(
+    r"(?:%[01][0-9A-Fa-f]|%7[Ff])+"
+    r"|(?:\\(?:x[01][0-9A-Fa-f]|x7[Ff]|0?[0-3]?[0-7](?![0-7])|u00[01][0-9A-Fa-f]|u007[Ff]))+"
+    r"|(?:=[01][0-9A-F]|=7F|=\r?\n)+"
+)
 _BLOB_NOISE = re.compile(r"\\r|\\n|[\r\n=]")
 _HEX_ONLY = re.compile(r"[0-9A-Fa-f]+")
 _BASE32_ONLY = re.compile(r"[A-Z2-7]+")
@@ -84,30 +80,76 @@ def bytes_text(data: bytes) -> str:
         return data.decode("latin-1")
 
 
-def _units_text(token: str) -> str:
-    units = [int(u, 16) for u in re.findall(r"\\u\{([0-9A-Fa-f]+)\}|\\[uU]([0-9A-Fa-f]+)", token)
-             for u in u if u]  # fmt: skip
-    chars = "".join(chr(u) if u <= 0x10FFFF else "\ufffd" for u in units)
-    # Pairs of \\u surrogates are UTF-16; a lone one must not reach the matcher.
-    return chars.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+def _backslash_text(run: str) -> str:
+    """A run of backslash escapes decoded: byte escapes (``\\x``, octal) as UTF-8 where
+    valid, ``\\u`` pairs as UTF-16 (a lone surrogate becomes U+FFFD, never reaching the
+    matcher)."""
+    out: list[str] = []
+    data = bytearray()
+    units: list[int] = []
+
+    def flush() -> None:
+        if data:
+            out.append(bytes_text(bytes(data)))
+            data.clear()
+        if units:
+            chars = "".join(chr(u) if u <= 0x10FFFF else "\ufffd" for u in units)
+            out.append(chars.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+            units.clear()
+
+    for m in _BACKSLASH.finditer(run):
+        unit = m["u1"] or m["u2"] or m["u3"]
+        if unit:
+            if data:
+                flush()
+            units.append(int(unit, 16))
+            continue
+        if units:
+            flush()
+        if m["x"]:
+            data.append(int(m["x"], 16))
+        elif m["o"]:
+            data.append(int(m["o"], 8) & 0xFF)
+        else:
+            flush()
+            out.append(_SIMPLE[m["c"]])
+    flush()
+    return "".join(out)
 
 
-def _decode_token(m: re.Match[str]) -> str:
-    token, kind = m.group(), m.lastgroup
-    if kind == "pct":
-        return bytes_text(bytes.fromhex(token.replace("%", "")))
-    if kind == "hx":
-        return bytes_text(bytes.fromhex(token.replace("\\x", "")))
-    if kind == "oct":
-        return bytes_text(bytes(int(o, 8) & 0xFF for o in token.split("\\")[1:]))
-    if kind == "uni":
-        return _units_text(token)
-    if kind == "qp":
-        hexits = re.sub(r"=\r?\n", "", token).replace("=", "")
-        return bytes_text(bytes.fromhex(hexits))
-    if kind == "ent":
-        return html.unescape(token)
-    return "".join(_SIMPLE[c] for c in token[1::2])
+def _decode(kind: int, run: str) -> str:
+    """A run of escapes of one kind (an index into :data:`_ESCAPE`, or -1 for the letter
+    escapes) decoded."""
+    if kind == 0:
+        return bytes_text(bytes.fromhex(run.replace("%", "")))
+    if kind == 1:
+        return html.unescape(run)
+    if kind == 3:
+        return bytes_text(bytes.fromhex(re.sub(r"=\r?\n", "", run).replace("=", "")))
+    return _backslash_text(run)
+
+
+class _Token(NamedTuple):
+    start: int
+    end: int
+    kind: int  # an index into _ESCAPE, or -1 for letter escapes
+    opens: bool  # whether it opens a region: it could hide a letter or a digit
+
+
+def _tokens(text: str) -> list[_Token]:
+    """Every escape run of ``text``, in order, none overlapping (decoded only when a view
+    needs it)."""
+    found = [(m.start(), m.end(), kind) for kind, regex in enumerate(_ESCAPE_RUNS)
+             for m in regex.finditer(text)]  # fmt: skip
+    found += [(m.start(), m.end(), -1) for m in _LETTER_ESCAPES.finditer(text)]
+    tokens: list[_Token] = []
+    for start, end, kind in sorted(found):
+        if tokens and start < tokens[-1].end:
+            continue
+        # Control characters are no part of a secret (the %02 of a format string, \0).
+        opens = kind >= 0 and not _CONTROL_RUN.fullmatch(text, start, end)
+        tokens.append(_Token(start, end, kind, opens))
+    return tokens
 
 
 @dataclass(frozen=True)
@@ -142,29 +184,30 @@ class View:
         return self.offset + (at if first else at + 1)
 
 
-def _decoded(text: str, offset: int) -> View:
+def _view(text: str, lo: int, hi: int, tokens: list[_Token]) -> View:
+    """``text[lo:hi]`` with ``tokens`` (those inside it) decoded."""
     pieces: list[str] = []
     view_starts: list[int] = []
     spans: list[tuple[int, int, bool]] = []
-    length = at = 0
-    for m in _TOKEN.finditer(text):
-        if m.start() > at:
-            pieces.append(text[at : m.start()])
+    length, at = 0, lo
+    for token in tokens:
+        if token.start > at:
+            pieces.append(text[at : token.start])
             view_starts.append(length)
-            spans.append((at, m.start(), False))
-            length += m.start() - at
-        decoded = _decode_token(m)
+            spans.append((at - lo, token.start - lo, False))
+            length += token.start - at
+        decoded = _decode(token.kind, text[token.start : token.end])
         if decoded:
             pieces.append(decoded)
             view_starts.append(length)
-            spans.append((m.start(), m.end(), True))
+            spans.append((token.start - lo, token.end - lo, True))
             length += len(decoded)
-        at = m.end()
-    if at < len(text) or not pieces:
-        pieces.append(text[at:])
+        at = token.end
+    if at < hi or not pieces:
+        pieces.append(text[at:hi])
         view_starts.append(length)
-        spans.append((at, len(text), False))
-    return View("".join(pieces), offset, view_starts, spans)
+        spans.append((at - lo, hi - lo, False))
+    return View("".join(pieces), lo, view_starts, spans)
 
 
 Keep = Callable[[int, int], bool]
@@ -172,22 +215,28 @@ Room = Callable[[int, int], tuple[int, int]]
 
 
 def escape_views(text: str, margin: int, keep: Keep, room: Room) -> Iterator[View]:
-    """Decoded views of the stretches of ``text`` within ``margin`` of an escape that
-    ``keep(start, end)`` accepts, each inside the ``room(start, end)`` it has."""
-    start = end = -1
-    found = sorted(m.span() for hint in _HINTS for m in hint.finditer(text))
-    for at, until in found:
-        if not keep(at, until):
+    """Decoded views of the stretches of ``text`` within ``margin`` of an escape that could
+    hide a letter or digit and that ``keep(start, end)`` accepts, each inside the
+    ``room(start, end)`` it has."""
+    if not any(c in text for c in "%&\\="):
+        return
+    tokens = _tokens(text)
+    regions: list[list[int]] = []
+    for token in tokens:
+        if not token.opens or not keep(token.start, token.end):
             continue
-        floor, ceiling = room(at, until)
-        lo, hi = max(0, at - margin, floor), min(len(text), until + margin, ceiling)
-        if lo > end:
-            if end > start:
-                yield _decoded(text[start:end], start)
-            start = lo
-        end = hi
-    if end > start:
-        yield _decoded(text[start:end], start)
+        floor, ceiling = room(token.start, token.end)
+        lo = max(0, token.start - margin, floor)
+        hi = min(len(text), token.end + margin, ceiling)
+        if regions and lo <= regions[-1][1]:
+            regions[-1][1] = max(regions[-1][1], hi)
+        else:
+            regions.append([lo, hi])
+    starts = [t.start for t in tokens]
+    for lo, hi in regions:
+        inside = tokens[bisect_left(starts, lo) : bisect_left(starts, hi)]
+        # A token cut by the region's edge is left out (read as is).
+        yield _view(text, lo, hi, [t for t in inside if t.end <= hi])
 
 
 @dataclass(frozen=True)
