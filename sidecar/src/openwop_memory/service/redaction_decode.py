@@ -80,10 +80,20 @@ def bytes_text(data: bytes) -> str:
         return data.decode("latin-1")
 
 
+_ONLY_UNITS = re.compile(r"(?:\\u[0-9A-Fa-f]{4})+")
+_ONLY_BYTES = re.compile(r"(?:\\x[0-9A-Fa-f]{2})+")
+
+
 def _backslash_text(run: str) -> str:
     """A run of backslash escapes decoded: byte escapes (``\\x``, octal) as UTF-8 where
     valid, ``\\u`` pairs as UTF-16 (a lone surrogate becomes U+FFFD, never reaching the
     matcher)."""
+    # The common runs, all \\u or all \\x, decode in C.
+    if _ONLY_UNITS.fullmatch(run):
+        units_text = run.encode().decode("unicode_escape")
+        return units_text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if _ONLY_BYTES.fullmatch(run):
+        return bytes_text(bytes.fromhex(run.replace("\\x", "")))
     out: list[str] = []
     data = bytearray()
     units: list[int] = []

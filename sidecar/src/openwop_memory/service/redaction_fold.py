@@ -17,6 +17,7 @@ position of the skeleton to the index of the original character it came from.
 from __future__ import annotations
 
 import itertools
+import re
 import unicodedata
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -71,22 +72,23 @@ class _FoldTable(dict[int, str]):
         return folded
 
 
-class _FoldWidth(dict[str, int]):
-    """How many skeleton characters each character yields (for the way back)."""
+class _WidthTable(dict[int, str]):
+    """``str.translate`` table to ``chr(w)``, ``w`` the skeleton characters a code point
+    yields (for the way back; a fold is never longer than a few characters)."""
 
-    def __missing__(self, ch: str) -> int:
-        width = len(_FOLD_TABLE[ord(ch)])
-        self[ch] = width
+    def __missing__(self, codepoint: int) -> str:
+        width = chr(len(_FOLD_TABLE[codepoint]))
+        self[codepoint] = width
         return width
 
 
 _FOLD_TABLE = _FoldTable()
-_FOLD_WIDTH = _FoldWidth()
+_WIDTH_TABLE = _WidthTable()
 _ASCII_TABLE = bytes((_fold_ascii(chr(b)) or "\0").encode()[0] for b in range(128)) + bytes(
     range(128, 256)
 )
 _ASCII_DELETE = bytes(b for b in range(128) if not _fold_ascii(chr(b)))
-_ASCII_WIDTH = [1 if _fold_ascii(chr(b)) else 0 for b in range(256)]
+_ASCII_WIDTH_BYTES = bytes(1 if _fold_ascii(chr(b)) else 0 for b in range(256))
 
 
 def fold(text: str) -> str:
@@ -98,29 +100,71 @@ def fold(text: str) -> str:
 
 @dataclass
 class Skeleton:
-    """A text's skeleton. ``ascii`` says whether ``data`` is ASCII ``bytes`` or a ``str``."""
+    """A text's skeleton: ASCII ``bytes`` when it folded to ASCII, else a ``str``.
+
+    The text is kept as segments, alternately ASCII and not, each with where it starts in
+    the skeleton and in the text, so that :meth:`origin` only measures the segment a
+    position falls in.
+    """
 
     text: str
     data: bytes | str
-    _ends: list[int] | None = field(default=None, repr=False)
+    _skel_starts: list[int] = field(repr=False)
+    _text_starts: list[int] = field(repr=False)
+    _ends: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     def origin(self, position: int) -> int:
         """Index in ``text`` of the character that produced skeleton ``position``."""
-        if self._ends is None:
-            # Built only when something was found, which is rare; one C-level pass.
-            if isinstance(self.data, bytes):
-                widths = map(_ASCII_WIDTH.__getitem__, self.text.encode())
+        # The last segment starting at or before it (segments folding to nothing come first).
+        i = bisect_right(self._skel_starts, position) - 1
+        ends = self._ends.get(i)
+        start = self._text_starts[i]
+        if ends is None:
+            stop = self._text_starts[i + 1] if i + 1 < len(self._text_starts) else len(self.text)
+            segment = self.text[start:stop]
+            if segment.isascii():
+                widths = segment.encode().translate(_ASCII_WIDTH_BYTES)
             else:
-                widths = map(_FOLD_WIDTH.__getitem__, self.text)
-            self._ends = list(itertools.accumulate(widths))
-        return bisect_right(self._ends, position)
+                widths = segment.translate(_WIDTH_TABLE).encode("latin-1")
+            ends = self._ends[i] = list(itertools.accumulate(widths))
+        return start + bisect_right(ends, position - self._skel_starts[i])
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Past this many non-ASCII runs per character, one pass per character beats segments.
+_SEGMENTS_PER_CHAR = 1 / 256
 
 
 def skeleton(text: str) -> Skeleton:
-    """The skeleton of ``text``: ASCII bytes on the fast path, else a ``str``."""
+    """The skeleton of ``text``. ASCII stretches fold on the bytes fast path; the rest one
+    character at a time."""
     if text.isascii():
-        return Skeleton(text, text.encode().translate(_ASCII_TABLE, _ASCII_DELETE))
-    return Skeleton(text, text.translate(_FOLD_TABLE))
+        data = text.encode().translate(_ASCII_TABLE, _ASCII_DELETE)
+        return Skeleton(text, data, [0], [0])
+    pieces: list[str] = []
+    skel_starts: list[int] = []
+    text_starts: list[int] = []
+    length = at = 0
+
+    def add(start: int, folded: str) -> None:
+        nonlocal length
+        skel_starts.append(length)
+        text_starts.append(start)
+        pieces.append(folded)
+        length += len(folded)
+
+    runs = list(_NON_ASCII.finditer(text))
+    if len(runs) > len(text) * _SEGMENTS_PER_CHAR:
+        return Skeleton(text, text.translate(_FOLD_TABLE), [0], [0])
+    for m in runs:
+        if m.start() > at:
+            add(at, text[at : m.start()].encode().translate(_ASCII_TABLE, _ASCII_DELETE).decode())
+        add(m.start(), m.group().translate(_FOLD_TABLE))
+        at = m.end()
+    if at < len(text):
+        add(at, text[at:].encode().translate(_ASCII_TABLE, _ASCII_DELETE).decode())
+    joined = "".join(pieces)
+    return Skeleton(text, joined.encode() if joined.isascii() else joined, skel_starts, text_starts)
 
 
 class Folded(NamedTuple):
