@@ -80,6 +80,9 @@ def bytes_text(data: bytes) -> str:
         return data.decode("latin-1")
 
 
+_DECIMAL_ENTITIES = re.compile(r"(?:&#[1-9][0-9]{1,5};)+")
+_DIGITS = re.compile(r"[0-9]+")
+_SOFT_BREAK = re.compile(r"=\r?\n")
 _ONLY_UNITS = re.compile(r"(?:\\u[0-9A-Fa-f]{4})+")
 _ONLY_BYTES = re.compile(r"(?:\\x[0-9A-Fa-f]{2})+")
 
@@ -127,15 +130,25 @@ def _backslash_text(run: str) -> str:
     return "".join(out)
 
 
+def _entity_char(number: str) -> str:
+    """A decimal character reference's character; U+FFFD for a surrogate or out of range,
+    as html.unescape gives (a lone surrogate must not reach the matcher)."""
+    code = int(number)
+    return "\ufffd" if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF else chr(code)
+
+
 def _decode(kind: int, run: str) -> str:
     """A run of escapes of one kind (an index into :data:`_ESCAPE`, or -1 for the letter
     escapes) decoded."""
     if kind == 0:
         return bytes_text(bytes.fromhex(run.replace("%", "")))
     if kind == 1:
+        decimal = _DECIMAL_ENTITIES.fullmatch(run)
+        if decimal:  # the common run, without html.unescape's per-entity callback
+            return "".join(map(_entity_char, _DIGITS.findall(run)))
         return html.unescape(run)
     if kind == 3:
-        return bytes_text(bytes.fromhex(re.sub(r"=\r?\n", "", run).replace("=", "")))
+        return bytes_text(bytes.fromhex(_SOFT_BREAK.sub("", run).replace("=", "")))
     return _backslash_text(run)
 
 
