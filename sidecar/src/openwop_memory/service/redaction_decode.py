@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import html
 import re
 import zlib
@@ -83,6 +84,8 @@ def bytes_text(data: bytes) -> str:
 _DECIMAL_ENTITIES = re.compile(r"(?:&#[1-9][0-9]{1,5};)+")
 _DIGITS = re.compile(r"[0-9]+")
 _SOFT_BREAK = re.compile(r"=\r?\n")
+# At most two \\u escapes: too little of a value to matter if it stays in the cache.
+_CACHED_RUN_CHARS = 12
 _ONLY_UNITS = re.compile(r"(?:\\u[0-9A-Fa-f]{4})+")
 _ONLY_BYTES = re.compile(r"(?:\\x[0-9A-Fa-f]{2})+")
 
@@ -139,7 +142,19 @@ def _entity_char(number: str) -> str:
 
 def _decode(kind: int, run: str) -> str:
     """A run of escapes of one kind (an index into :data:`_ESCAPE`, or -1 for the letter
-    escapes) decoded."""
+    escapes) decoded. Short runs (a few characters, never a secret's worth) are cached:
+    source code repeats the same escapes over and over."""
+    if len(run) <= _CACHED_RUN_CHARS:
+        return _decode_short(kind, run)
+    return _decode_run(kind, run)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_short(kind: int, run: str) -> str:
+    return _decode_run(kind, run)
+
+
+def _decode_run(kind: int, run: str) -> str:
     if kind == 0:
         return bytes_text(bytes.fromhex(run.replace("%", "")))
     if kind == 1:
