@@ -27,6 +27,8 @@ import orjson
 
 from bench.lean_client import ProtocolFailure, RpcError
 from bench.proc import ServerFailed
+from bench.redaction_bench import RedactionBenchConfig
+from bench.redaction_bench import run as run_redaction
 from bench.report import Metric, SuiteResult, format_table
 from bench.sidecar_bench import BenchFailure, SidecarBenchConfig
 from bench.sidecar_bench import run as run_sidecar
@@ -66,8 +68,14 @@ async def sidecar_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_sidecar(config)
 
 
+async def redaction_suite(options: Options, workdir: Path) -> SuiteResult:
+    """The redactor in process (``workdir`` is not needed: it writes no files)."""
+    config = RedactionBenchConfig.quick() if options.quick else RedactionBenchConfig()
+    return await run_redaction(config)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
-SUITES: list[tuple[str, Suite]] = [("sidecar", sidecar_suite)]
+SUITES: list[tuple[str, Suite]] = [("sidecar", sidecar_suite), ("redaction", redaction_suite)]
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
