@@ -30,6 +30,8 @@ ENCODED_PREFIX_BYTES = 48
 MAX_FRAGMENTS = 64
 # Needle lengths bound the automaton's size; 40 folded characters never occur by chance.
 HEAD_CHARS = 40
+# How much of a value's private part its escaped-form needles spell (12, like a fragment).
+ESCAPED_CHARS = 12
 
 # Prefixes that say which service a key is for, not which key; a fragment must have
 # FRAGMENT_CHARS letters or digits beyond them. Longest first, so the first hit is the longest.
@@ -74,6 +76,10 @@ class Needle(NamedTuple):
 HEX = "0123456789abcdefABCDEF%="
 BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-="
 BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567="
+UNICODE_ESCAPES = "\\u0123456789abcdefABCDEF"
+BYTE_ESCAPES = "\\x0123456789abcdefABCDEF"
+DECIMAL_ENTITIES = "&#;0123456789"
+HEX_ENTITIES = "&#;xX0123456789abcdefABCDEF"
 
 
 def public_prefix(value: str) -> str:
@@ -97,6 +103,18 @@ def _shifted(
         start = -(-shift * 8 // bits)
         end = (shift + len(data)) * 8 // bits
         yield encoded[start:end]
+
+
+def _escaped_forms(value: str) -> Iterator[tuple[str, str]]:
+    """The value's part beyond its public prefix written wholly as escapes, so that the
+    common whole-value escapes are found in the text itself (escapes of only part of it are
+    left to the decoded views)."""
+    private = value[len(public_prefix(value)) :][:ESCAPED_CHARS]
+    if all(ord(c) <= 0xFFFF for c in private):
+        yield "".join(f"\\u{ord(c):04x}" for c in private), UNICODE_ESCAPES
+    yield "".join(f"\\x{b:02x}" for b in private.encode()), BYTE_ESCAPES
+    yield "".join(f"&#{ord(c)};" for c in private), DECIMAL_ENTITIES
+    yield "".join(f"&#x{ord(c):x};" for c in private), HEX_ENTITIES
 
 
 def _encoded_forms(value: str) -> Iterator[tuple[str, str]]:
@@ -134,4 +152,8 @@ def form_needles(value: str) -> list[Needle]:
         encoded = fold(form)[:HEAD_CHARS]
         if len(encoded) >= MIN_NEEDLE_CHARS:
             out.append(Needle(encoded, Kind.ENCODED, alphabet))
+    for form, alphabet in _escaped_forms(value):
+        escaped = fold(form)
+        if len(escaped) >= MIN_NEEDLE_CHARS * 2:  # mostly the escapes' own digits
+            out.append(Needle(escaped, Kind.ENCODED, alphabet))
     return out
