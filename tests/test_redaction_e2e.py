@@ -228,6 +228,23 @@ def test_concurrent_secret_merges_lose_nothing(client: SharedClient) -> None:
     assert entry["content"] == " ".join(f"[REDACTED:{k}]" for k in values)
 
 
+def test_a_secret_id_may_not_carry_a_secret_value(client: SharedClient) -> None:
+    # The id is written into every marker: an id holding a value would store the value.
+    for where in ("run.begin", "run.addSecrets"):
+        if where == "run.begin":
+            err = client.error(
+                "run.begin", runId=f"w-{where}", tenant=TENANT, secrets=secrets(**{ALPHA: ALPHA})
+            )
+        else:
+            begin(client, f"w-{where}", secrets=secrets(a=ALPHA))
+            err = client.error(
+                "run.addSecrets", runId=f"w-{where}", secrets=secrets(**{f"x{ALPHA}": BETA})
+            )
+        assert err.code == "validation_error"
+        assert err.details["field"] == "secrets[0].id"
+        assert ALPHA not in json.dumps(err.error)
+
+
 def test_a_secret_of_another_run_is_not_applied(client: SharedClient) -> None:
     begin(client, "owner", secrets=secrets(mine=ALPHA))
     begin(client, "stranger")
