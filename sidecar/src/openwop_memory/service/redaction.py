@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple
 
 from .credential_patterns import find_credentials
 from .redaction_decode import Budget, View, blobs, escape_views
-from .redaction_keyring import MIN_SECRET_CHARS, Hit, Keyring
+from .redaction_keyring import FIELD_SEPARATOR, MIN_SECRET_CHARS, Hit, Keyring
 
 MAX_DEPTH = 3
 DECODE_BUDGET = 1 << 20
@@ -43,7 +43,6 @@ _ROOM_OVERLAP = 16
 
 PatternPolicy = Literal["off", "rewrite", "reject"]
 _MARKER = re.compile(r"\[REDACTED:[^\]\x00-\x1f]{1,160}\]")
-_FIELD_SEPARATOR = "\0"
 EMPTY_KEYRING = Keyring.compile({})
 
 
@@ -85,7 +84,7 @@ def _detect(
         # a hit inside the decodings of a run stands for the whole run.
         decodings = [(blob, decoded) for blob in found for decoded in blob.texts]
         starts = list(itertools.accumulate((len(d) + 1 for _, d in decodings), initial=0))
-        joined = _FIELD_SEPARATOR.join(d for _, d in decodings)
+        joined = FIELD_SEPARATOR.join(d for _, d in decodings)
         for hit in _detect(keyring, joined, patterns, depth + 1, budget):
             first = bisect_right(starts, hit.start) - 1
             last = bisect_right(starts, hit.end - 1) - 1
@@ -203,8 +202,8 @@ class _Fields:
         at = 0
         for text in fields:
             self.bounds.append((at, at + len(text)))
-            at += len(text) + len(_FIELD_SEPARATOR)
-        joined = _FIELD_SEPARATOR.join(fields)
+            at += len(text) + len(FIELD_SEPARATOR)
+        joined = FIELD_SEPARATOR.join(fields)
         # Markers are transparent: blanked (same length) so offsets stay the same.
         self.text = _MARKER.sub(lambda m: "\0" * len(m.group()), joined)
 

@@ -4,10 +4,11 @@ Two automata over the text's skeleton (``redaction_fold.py``):
 
 - the *forms* (``redaction_needles.py``: the folded value, reversed, rot13, encoded), with
   every overlapping match reported, since each occurrence yields only a few;
-- the *fragments*: 12-character windows of each value beyond its public prefix, matched
-  without overlap, and each match grown in both directions for as long as the text goes on
-  agreeing with the value. An occurrence thus costs a few matches and a few slice
-  comparisons however long it is, which keeps a text dense with secrets linear.
+- the *fragments*: 12-character windows of each value beyond its public prefix (and of its
+  reversal and rot13), matched without overlap, and each match grown in both directions
+  for as long as the text goes on agreeing with the value. An occurrence thus costs a few
+  matches and a few slice comparisons however long it is, which keeps a text dense with
+  secrets linear.
 
 :meth:`Keyring.scan` promises hits as original-text spans: a verbatim value is replaced
 exactly; a folded match also takes the punctuation the value has at that end; an encoded
@@ -35,7 +36,9 @@ from .redaction_needles import (
 )
 
 MIN_SECRET_CHARS = 8
-_FIELD_SEPARATOR = "\0"
+# What joins content and tags (and decodings) into one text: folds to nothing, so a secret
+# split across them is found, and a folded hit's punctuation never reaches across it.
+FIELD_SEPARATOR = "\0"
 # A last line of a wrapped encoding this long is taken even when prose follows on its line.
 _MIN_WRAPPED_LINE = 16
 _LINE_BREAK = re.compile(r"\r?\n|\\r\\n|\\n")
@@ -268,7 +271,7 @@ def _pad_reach(text: str, at: int, pad: str, step: int) -> int:
     reach = 0
     i = at if step > 0 else at - 1
     for distance in range(1, 3 * len(pad) + 1):
-        if not 0 <= i < len(text) or text[i] == _FIELD_SEPARATOR or fold(text[i]):
+        if not 0 <= i < len(text) or text[i] == FIELD_SEPARATOR or fold(text[i]):
             break
         if unicodedata.normalize("NFKC", text[i]) in wanted:
             reach = distance
