@@ -69,12 +69,18 @@ def _detect(
     if depth >= MAX_DEPTH:
         return hits
     covered = _Covered(hits)
+    # An encoded run holding only part of a value does not settle the escapes in it: the
+    # rest of the value may follow in plain text, and only a view joins the two.
+    whole = _Covered([h for h in hits if h.complete])
 
     def keep(start: int, end: int) -> bool:
         # Inside a hit it is replaced anyway: decoding it again would only cost time.
         return not covered(start, end) and (view is None or view.decoded_within(start, end))
 
-    for inner in escape_views(text, keyring.margin, keep, covered.room):
+    def keep_escape(start: int, end: int) -> bool:
+        return not whole(start, end) and (view is None or view.decoded_within(start, end))
+
+    for inner in escape_views(text, keyring.margin, keep_escape, whole.room):
         for hit in _detect(keyring, inner.text, patterns, depth + 1, budget, inner):
             start, end = inner.original_span(hit.start, hit.end)
             hits.append(Hit(start, end, hit.secret, hit.pattern, True))

@@ -55,6 +55,9 @@ class Hit(NamedTuple):
     secret: int  # index into the keyring's secrets, or -1 for a credential pattern
     pattern: str
     disguised: bool
+    # False for an encoded run too short to hold the whole value: the rest of the value
+    # may stand beside it (a percent-encoded head, a plain tail), so it is read on.
+    complete: bool = True
 
 
 def _common_forward(a: str, i: int, b: str, j: int) -> int:
@@ -246,7 +249,7 @@ class Keyring:
     ) -> Hit:
         if needle.kind is Kind.ENCODED:
             start, end = _encoded_run(text, runs, start, end, needle.alphabet)
-            return Hit(start, end, index, "", True)
+            return Hit(start, end, index, "", True, end - start >= needle.whole)
         if needle.kind is Kind.RAW:
             value = self._secrets[index].value
             at = text.find(value, max(0, start - len(value)))

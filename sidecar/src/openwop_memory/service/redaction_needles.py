@@ -70,6 +70,9 @@ class Needle(NamedTuple):
     alphabet: str = ""  # characters an ENCODED hit's span is widened over
     pad_left: str = ""  # the value's punctuation a folded hit may take in on its left
     pad_right: str = ""
+    # ENCODED: the least length of the whole value so encoded. A shorter run holds only part
+    # of the value, and the rest may stand next to it in another form.
+    whole: int = 0
 
 
 # Percent-encoding and quoted-printable of every byte read as hex with "%" or "=" between.
@@ -105,29 +108,34 @@ def _shifted(
         yield encoded[start:end]
 
 
-def _escaped_forms(value: str) -> Iterator[tuple[str, str]]:
+def _escaped_forms(value: str) -> Iterator[tuple[str, str, int]]:
     """The value's part beyond its public prefix written wholly as escapes, so that the
     common whole-value escapes are found in the text itself (escapes of only part of it are
-    left to the decoded views)."""
+    left to the decoded views); each with the least length of the whole value so written."""
     private = value[len(public_prefix(value)) :][:ESCAPED_CHARS]
-    if all(ord(c) <= 0xFFFF for c in private):
-        yield "".join(f"\\u{ord(c):04x}" for c in private), UNICODE_ESCAPES
-    yield "".join(f"\\x{b:02x}" for b in private.encode()), BYTE_ESCAPES
-    yield "".join(f"&#{ord(c)};" for c in private), DECIMAL_ENTITIES
-    yield "".join(f"&#x{ord(c):x};" for c in private), HEX_ENTITIES
-
-
-def _encoded_forms(value: str) -> Iterator[tuple[str, str]]:
     raw = value.encode()
-    yield hashlib.sha256(raw).hexdigest(), HEX
+    if all(ord(c) <= 0xFFFF for c in value):
+        form = "".join(f"\\u{ord(c):04x}" for c in private)
+        yield form, UNICODE_ESCAPES, 6 * len(value)
+    yield "".join(f"\\x{b:02x}" for b in private.encode()), BYTE_ESCAPES, 4 * len(raw)
+    decimal = sum(2 + len(str(ord(c))) for c in value)  # the ";" is optional
+    yield "".join(f"&#{ord(c)};" for c in private), DECIMAL_ENTITIES, decimal
+    hexadecimal = sum(3 + len(f"{ord(c):x}") for c in value)
+    yield "".join(f"&#x{ord(c):x};" for c in private), HEX_ENTITIES, hexadecimal
+
+
+def _encoded_forms(value: str) -> Iterator[tuple[str, str, int]]:
+    """The value's encodings (of its first :data:`ENCODED_PREFIX_BYTES`), each with the
+    least length of the whole value so encoded."""
+    raw = value.encode()
+    yield hashlib.sha256(raw).hexdigest(), HEX, 64
     for data in (raw, value.encode("utf-16-le"), value.encode("utf-16-be")):
-        data = data[:ENCODED_PREFIX_BYTES]
-        yield data.hex(), HEX
-        for form in _shifted(data, base64.b64encode, 3, 6):
-            yield form, BASE64
+        yield data[:ENCODED_PREFIX_BYTES].hex(), HEX, 2 * len(data)
+        for form in _shifted(data[:ENCODED_PREFIX_BYTES], base64.b64encode, 3, 6):
+            yield form, BASE64, 4 * len(data) // 3 - 2
     # Base32 of UTF-16 is left out: no tool writes it, and b32encode is slow pure Python.
     for form in _shifted(raw[:ENCODED_PREFIX_BYTES], base64.b32encode, 5, 5):
-        yield form, BASE32
+        yield form, BASE32, 8 * len(raw) // 5 - 2
 
 
 def form_needles(value: str) -> list[Needle]:
@@ -146,14 +154,15 @@ def form_needles(value: str) -> list[Needle]:
             (fold(value[::-1]), Kind.TRANSFORMED, (trail[::-1], lead[::-1])),
             (fold(codecs.encode(value, "rot13")), Kind.TRANSFORMED, (lead, trail)),
         ):
-            whole = len(text) <= HEAD_CHARS
-            out.append(Needle(text[:HEAD_CHARS], kind, "", pads[0], pads[1] if whole else ""))
-    for form, alphabet in _encoded_forms(value):
+            complete = len(text) <= HEAD_CHARS
+            right = pads[1] if complete else ""
+            out.append(Needle(text[:HEAD_CHARS], kind, "", pads[0], right))
+    for form, alphabet, least in _encoded_forms(value):
         encoded = fold(form)[:HEAD_CHARS]
         if len(encoded) >= MIN_NEEDLE_CHARS:
-            out.append(Needle(encoded, Kind.ENCODED, alphabet))
-    for form, alphabet in _escaped_forms(value):
+            out.append(Needle(encoded, Kind.ENCODED, alphabet, whole=least))
+    for form, alphabet, least in _escaped_forms(value):
         escaped = fold(form)
         if len(escaped) >= MIN_NEEDLE_CHARS * 2:  # mostly the escapes' own digits
-            out.append(Needle(escaped, Kind.ENCODED, alphabet))
+            out.append(Needle(escaped, Kind.ENCODED, alphabet, whole=least))
     return out
