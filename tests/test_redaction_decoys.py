@@ -232,3 +232,15 @@ def test_no_chunk_of_the_corpus_is_changed_as_tags() -> None:
             if result.tags != tags or result.findings or result.leaked:
                 changed.append(f"chunk {n * 3}/{m}: {_describe(('', tags), result)}")
     assert not changed, "\n".join(changed[:20])
+
+
+def test_a_decompression_bomb_is_decoded_only_up_to_the_budget() -> None:
+    # 60 MiB of one byte, gzipped and base64-encoded: a 64 KiB entry, returned unchanged;
+    # a secret gzipped inside a large but ordinary log is still found.
+    bomb = base64.b64encode(gzip.compress(b"A" * (60 << 20), mtime=0)).decode()[:65000]
+    result = redact_entry(KEYRING, bomb, (), patterns="rewrite")
+    assert (result.content, result.findings, result.leaked) == (bomb, (), False)
+    secret_id, secret = next(iter(KEYS.items()))
+    log = b"a line of an ordinary log\n" * 4000 + secret.encode() + b"\n" + b"more\n" * 3000
+    found = redact_entry(KEYRING, base64.b64encode(gzip.compress(log)).decode(), ())
+    assert found.content == f"[REDACTED:{secret_id}]"

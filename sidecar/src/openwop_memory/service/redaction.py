@@ -37,7 +37,7 @@ from .redaction_decode import Budget, View, blobs, escape_views
 from .redaction_keyring import FIELD_SEPARATOR, MIN_SECRET_CHARS, Hit, Keyring
 
 MAX_DEPTH = 3
-DECODE_BUDGET = 1 << 20
+DECODE_BUDGET = 256 << 10  # four entries of the default maximum size
 _REWRITE_PASSES = 2
 _ROOM_OVERLAP = 16
 
