@@ -44,15 +44,22 @@ INVALID_PARAMS = -32602
 CONTROL_FREE = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 MAX_SECRETS = 256
+# Shorter values would shred ordinary text when redacted.
+MIN_SECRET_CHARS = 8
+MAX_NAME_CHARS = 128
+# A secret id is written into [REDACTED:<id>], so it may not hold "]" either.
+SECRET_ID_FREE = r"^[^\]\x00-\x1f\x7f-\x9f]*$"  # noqa: S105 - a pattern, not a password
 MAX_TAGS = 64
 MAX_TAG_CHARS = 256
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=CONTROL_FREE)]
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=CONTROL_FREE)
+]
 RunId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=CONTROL_FREE)]
 SecretId = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\]\x00-\x1f\x7f-\x9f]*$")
+    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=SECRET_ID_FREE)
 ]
-SecretValue = Annotated[str, StringConstraints(min_length=8, max_length=4096)]
+SecretValue = Annotated[str, StringConstraints(min_length=MIN_SECRET_CHARS, max_length=4096)]
 Tag = Annotated[str, StringConstraints(max_length=MAX_TAG_CHARS, pattern=CONTROL_FREE)]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 

@@ -33,16 +33,20 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import structlog
-
-from .redaction import MIN_SECRET_CHARS
+from openwop_memory_client.wire import (
+    CONTROL_FREE,
+    MAX_NAME_CHARS,
+    MIN_SECRET_CHARS,
+    SECRET_ID_FREE,
+)
 
 MAX_SECRET_FILE_BYTES = 16 * 1024
 MAX_SECRETS_PER_SCOPE = 256
 TENANTS_DIR = "tenants"
 
-# As the wire spells them (openwop_memory_client.wire): ids end up inside [REDACTED:<id>].
-_SECRET_ID = re.compile(r"[^\]\x00-\x1f\x7f-\x9f]{1,128}")
-_TENANT = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,128}")
+# The wire's own rules for ids and tenant names: ids end up inside [REDACTED:<id>].
+_SECRET_ID = re.compile(SECRET_ID_FREE)
+_TENANT = re.compile(CONTROL_FREE)
 
 log = structlog.get_logger("openwop_memory.host_keyring")
 
@@ -361,7 +365,7 @@ def _visible(names: Iterable[str]) -> list[str]:
 
 
 def _valid(pattern: re.Pattern[str], name: str) -> bool:
-    if pattern.fullmatch(name) is None:
+    if not 1 <= len(name) <= MAX_NAME_CHARS or pattern.fullmatch(name) is None:
         return False
     try:
         name.encode("utf-8")

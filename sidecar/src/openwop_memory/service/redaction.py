@@ -32,9 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from openwop_memory_client.wire import MIN_SECRET_CHARS
+
 from .credential_patterns import find_credentials
 from .redaction_decode import Budget, View, blobs, escape_views
-from .redaction_keyring import FIELD_SEPARATOR, MIN_SECRET_CHARS, Hit, Keyring
+from .redaction_keyring import FIELD_SEPARATOR, Hit, Keyring
 
 MAX_DEPTH = 3
 DECODE_BUDGET = 256 << 10  # four entries of the default maximum size

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import ahocorasick_rs
+from openwop_memory_client.wire import MIN_SECRET_CHARS
 
 from .redaction_fold import Folded, Skeleton, fold, folded, skeleton
 from .redaction_needles import (
@@ -35,7 +36,6 @@ from .redaction_needles import (
     public_prefix,
 )
 
-MIN_SECRET_CHARS = 8
 # What joins content and tags (and decodings) into one text: folds to nothing, so a secret
 # split across them is found, and a folded hit's punctuation never reaches across it.
 FIELD_SEPARATOR = "\0"
