@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import math
 import os
 import signal
 import socket
@@ -111,11 +112,15 @@ class Server:
         self.host_keyring: HostKeyring | None = None
         self.dispatcher: Dispatcher | None = None
         self._stop = anyio.Event()
+        self._drain_deadline = math.inf
         self._connections: set[Connection] = set()
         self._no_connections = anyio.Event()
         self._no_connections.set()
 
     def request_stop(self) -> None:
+        if not self._stop.is_set():
+            # One deadline for the whole drain, shared by every connection's last flush.
+            self._drain_deadline = anyio.current_time() + self.settings.drain_timeout
         self._stop.set()
 
     async def serve(self) -> None:
@@ -236,26 +241,29 @@ class Server:
             await self._close(writer)
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
-        """Close a connection without ever waiting for good on a client that stopped reading.
+        """Close a connection, flushing the answers it still has buffered, but never waiting
+        for good on a client that stopped reading.
 
-        A graceful close flushes what is buffered; during shutdown, or once the drain
-        timeout has passed, whatever a client did not read is dropped.
+        The flush is bounded by ``drain_timeout``; during shutdown, by what is left of the
+        drain's deadline. Whatever a client has not read by then is dropped.
         """
-        if not (self._stop.is_set() and writer.transport.get_write_buffer_size()):
-            writer.close()
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(self.settings.drain_timeout),
-                contextlib.suppress(OSError),
-            ):
-                await writer.wait_closed()
+        limit = self.settings.drain_timeout
+        if self._stop.is_set():
+            limit = max(0.0, self._drain_deadline - anyio.current_time())
+        writer.close()
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(limit),
+            contextlib.suppress(OSError),
+        ):
+            await writer.wait_closed()
         writer.transport.abort()
 
     async def _drain(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
         await listener.aclose()
         for conn in list(self._connections):
             conn.stop_reading()
-        with anyio.move_on_after(self.settings.drain_timeout) as scope:
+        with anyio.move_on_at(self._drain_deadline) as scope:
             await self._no_connections.wait()
         if scope.cancelled_caught:
             log.warning("drain_timeout", abandoned_connections=len(self._connections))
