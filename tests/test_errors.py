@@ -529,12 +529,17 @@ def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
             assert err.code == "upstream_unavailable"
             assert err.details["backend"] == "sqlite"
             assert "held" not in json.dumps(err.error)
-            # Reads are not blocked by a writer in WAL mode, and health still answers.
+            # Reads are not blocked by a writer in WAL mode, and health tells the truth.
             assert c.call("memory.list", runId="w", memoryRef=ref) == []
-            assert c.call("sidecar.health")["status"] == "ok"
+            health = c.call("sidecar.health")
+            assert health["status"] == "degraded", health
+            assert health["storage"]["problems"] == ["writes_failing"]
+            assert health["storage"]["lastWriteError"] == "SQLITE_BUSY"
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
+        # Health's own probe write finds the lock free again.
+        assert c.call("sidecar.health")["status"] == "ok"
         # Nothing half-written, and the next put goes through.
         entry = c.call("memory.put", runId="w", memoryRef=ref, entry={"content": "after"})
         c.call("run.begin", runId="r", tenant="t1")

@@ -89,6 +89,12 @@ class Settings(BaseModel):
     read_connections: int = Field(2, ge=1, le=64)
     inline_point_reads: bool = True
     max_open_runs: int = Field(10_000, ge=1)
+    scope_cache_size: int = Field(
+        4096,
+        ge=1,
+        description="scope ids kept in memory (about 200 bytes each); a miss costs one "
+        "indexed lookup when writing",
+    )
     max_inflight: int = Field(4096, ge=1)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

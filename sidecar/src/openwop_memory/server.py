@@ -54,6 +54,7 @@ def make_storage(settings: Settings) -> Storage:
             busy_timeout_ms=int(settings.busy_timeout * 1000),
             read_connections=settings.read_connections,
             inline_point_reads=settings.inline_point_reads,
+            scope_cache_size=settings.scope_cache_size,
         )
     raise StartupError("this build supports only sqlite:/// databases")
 

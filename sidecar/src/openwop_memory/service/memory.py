@@ -377,12 +377,13 @@ class MemoryService:
     # -- sidecar -------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
-        status = "ok"
+        """``ok``, or ``degraded`` when storage cannot answer or reports problems (writes
+        failing, a stuck writer, a full disk); never raises."""
         try:
             storage = await self.storage.health()
         except Exception as exc:  # noqa: BLE001 - health must answer, whatever the storage says
-            status = "degraded"
             storage = {"error": getattr(exc, "code", "internal_error")}
+        status = "degraded" if "error" in storage or storage.get("problems") else "ok"
         return {
             "status": status,
             "version": __version__,

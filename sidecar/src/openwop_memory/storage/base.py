@@ -8,6 +8,11 @@ is null or greater than ``S``) and not expired at the time of the read.
 Every method may raise :class:`~openwop_memory_client.UpstreamUnavailableError` when the
 database is unreachable or failing; backends translate their driver's errors into it in
 one place and never let a driver exception escape.
+
+A failed write leaves no trace: a backend updates what it keeps in memory about the data
+(ids it cached, clocks) only after the transaction that wrote it has committed, so a
+rolled-back write can never be answered, nor leave an id that points at another tenant's
+data.
 """
 
 from __future__ import annotations
@@ -131,7 +136,11 @@ class Storage(Protocol):
         """Delete expired entries and purge what retention no longer needs, in small batches."""
 
     async def health(self) -> dict[str, object]:
-        """A content-free description of the backend; raises if it cannot answer."""
+        """A content-free description of the backend; raises if it cannot answer.
+
+        Its ``problems`` list names what makes the backend degraded right now (empty when
+        it is ok), e.g. ``writes_failing`` until a write succeeds again.
+        """
 
 
 class StorageStartupError(Exception):

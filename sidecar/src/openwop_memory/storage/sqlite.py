@@ -14,6 +14,10 @@ a reader thread. Lists, which can touch many pages, always go to reader threads.
 
 Several processes may share the file: ``BEGIN IMMEDIATE`` plus ``busy_timeout`` serialise
 their writers, and the clock row lives in the database, so commit order is global.
+
+The database and a directory created for it are private to the sidecar's user (0600 and
+0700, whatever the umask; SQLite gives the WAL and shared-memory files the database's
+mode): whoever can read the file can read every tenant's memory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import itertools
 import os
 import secrets
 import sqlite3
+import stat
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -30,6 +36,7 @@ import aiosqlite
 import anyio
 import anyio.lowlevel
 import orjson
+import structlog
 from openwop_memory_client import (
     ConflictError,
     ForbiddenError,
@@ -57,6 +64,13 @@ _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries
 # Run markers (snapshot cleared) stay this many retentions so a late replay can still be told
 # "retention_expired" rather than "unknown_run".
 _MARKER_RETENTIONS = 4
+# Below this much free space on the database's file system, health reports ``disk_full``:
+# one WAL cycle between checkpoints (wal_autocheckpoint) needs about this much.
+_LOW_DISK_BYTES = 16 << 20
+# How long a degraded health answer may spend checking whether writes work again.
+_PROBE_SECONDS = 2.0
+
+log = structlog.get_logger("openwop_memory.storage")
 
 
 async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
@@ -81,6 +95,8 @@ class SqliteStorage:
         read_connections: int = 2,
         inline_point_reads: bool = True,
         max_batch: int = 512,
+        scope_cache_size: int = 4096,
+        stuck_after: float | None = None,
     ) -> None:
         self.path = path
         self.synchronous = synchronous
@@ -93,7 +109,10 @@ class SqliteStorage:
         self._readers: list[aiosqlite.Connection] = []
         self._next_reader: Iterator[int] = iter(())
         self._closed = False
-        self._scope_pks: dict[Scope, int] = {}
+        self._scope_pks = _ScopeCache(scope_cache_size)
+        # A commit in flight longer than this is stuck: waiting for another process's
+        # lock ends in an error after busy_timeout, so nothing legitimate takes much longer.
+        self.stuck_after = busy_timeout_ms / 1000 + 10 if stuck_after is None else stuck_after
         self._schema_version = 0
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -101,13 +120,7 @@ class SqliteStorage:
     async def open(self) -> None:
         if self.path == ":memory:" or self.path.startswith("file::memory:"):
             raise StorageStartupError("an in-memory SQLite database cannot be shared or use WAL")
-        directory = os.path.dirname(os.path.abspath(self.path))  # noqa: ASYNC240 - start-up only
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise StorageStartupError(
-                f"cannot create the database directory {directory}: {exc.strerror}"
-            ) from None
+        self._create_private()
         try:
             await self._writer.run(self._migrate, await self._writer.start(self._open_writer))
             for _ in range(self.read_connections):
@@ -121,6 +134,32 @@ class SqliteStorage:
             await self.close()
             raise
         self._next_reader = itertools.cycle(range(len(self._readers)))
+
+    def _create_private(self) -> None:
+        """Create the database's directory (0700) and file (0600) if missing, so no umask
+        can make them readable by others; warn about an existing file that is.
+
+        :raises StorageStartupError: the directory or file cannot be created.
+        """
+        directory = os.path.dirname(os.path.abspath(self.path))
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+            try:
+                mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageStartupError(
+                f"cannot create the database {self.path}: {exc.strerror}"
+            ) from None
+        if mode & 0o077:
+            log.warning(
+                "database_readable_by_others",
+                path=self.path,
+                mode=f"{mode:04o}",
+                hint="anyone who can read the file reads every tenant's memory; chmod 600 it",
+            )
 
     def _pragmas(self) -> list[str]:
         return [
@@ -237,18 +276,35 @@ class SqliteStorage:
             self._inline = None
 
     def _scope_pk(self, txn: Txn, scope: Scope) -> int:
+        """On the writer thread: the scope's id, creating the scope if it is new.
+
+        Only committed ids enter the cache: a new scope's id is known to the rest of its
+        transaction and published when that commits. Had a rolled-back id stayed cached,
+        the database could hand the same id to another tenant's scope, and this scope's
+        next put would land there. New ids are random rather than the next rowid, so
+        even a stale id could not name another scope (AUTOINCREMENT would not do: its
+        counter rolls back with the transaction that used it).
+        """
         pk = self._scope_pks.get(scope)
-        if pk is None:
-            txn.conn.execute(
-                "INSERT OR IGNORE INTO scopes (tenant, key) VALUES (?, ?)",
-                (scope.tenant, scope.key),
-            )
-            rows = txn.conn.execute(
-                "SELECT scope_pk FROM scopes WHERE tenant = ? AND key = ?",
-                (scope.tenant, scope.key),
-            ).fetchall()
+        if pk is not None:
+            return pk
+        pk = txn.new_scope_pks.get(scope)
+        if pk is not None:
+            return pk
+        rows = txn.conn.execute(
+            "SELECT scope_pk FROM scopes WHERE tenant = ? AND key = ?", (scope.tenant, scope.key)
+        ).fetchall()
+        if rows:  # committed before this transaction began (it holds the write lock)
             pk = int(rows[0][0])
-            self._scope_pks[scope] = pk
+            self._scope_pks.put(scope, pk)
+            return pk
+        pk = 1 + secrets.randbits(62)
+        txn.conn.execute(
+            "INSERT INTO scopes (scope_pk, tenant, key) VALUES (?, ?, ?)",
+            (pk, scope.tenant, scope.key),
+        )
+        txn.new_scope_pks[scope] = pk
+        txn.after_commit(lambda: self._scope_pks.put(scope, pk))
         return pk
 
     # -- writes --------------------------------------------------------------------------
@@ -503,15 +559,65 @@ class SqliteStorage:
         return counts
 
     async def health(self) -> dict[str, object]:
+        """The backend's state; ``problems`` lists what makes it degraded (empty when ok):
+        ``writes_failing``, ``writer_stuck``, ``disk_full`` (under 16 MiB free).
+
+        While writes are failing, a health check first tries an empty commit, so health
+        turns ok again by itself once the database can be written.
+        """
+        problems = self._writer.problems(self.stuck_after)
+        if problems == ["writes_failing"]:
+            with anyio.move_on_after(_PROBE_SECONDS), contextlib.suppress(MemoryServiceError):
+                await self._writer.write(_probe)
+            problems = self._writer.problems(self.stuck_after)
+        try:
+            st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))  # noqa: ASYNC240
+        except OSError:
+            pass
+        else:
+            if st.f_bavail * st.f_frsize < _LOW_DISK_BYTES:
+                problems.append("disk_full")
         with translate_errors():
             rows = await _fetch(self._reader(), "SELECT seq FROM clock")
-        return {
+        health: dict[str, object] = {
             "backend": "sqlite",
             "journalMode": "wal",
             "synchronous": self.synchronous,
             "schemaVersion": self._schema_version,
             "commitSeq": int(rows[0][0]),
+            "problems": problems,
         }
+        if "writes_failing" in problems:
+            health["lastWriteError"] = self._writer.failure_reason
+        return health
+
+
+class _ScopeCache:
+    """Committed scope ids, the least recently used dropped past ``size`` (a miss costs
+    one indexed lookup on the writer thread)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._ids: OrderedDict[Scope, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def get(self, scope: Scope) -> int | None:
+        pk = self._ids.get(scope)
+        if pk is not None:
+            self._ids.move_to_end(scope)
+        return pk
+
+    def put(self, scope: Scope, pk: int) -> None:
+        self._ids[scope] = pk
+        self._ids.move_to_end(scope)
+        if len(self._ids) > self.size:
+            self._ids.popitem(last=False)
+
+
+def _probe(txn: Txn) -> None:
+    """An empty write: the group commit around it still updates the clock and commits."""
 
 
 def _new_entry_id(created_us: int) -> str:
