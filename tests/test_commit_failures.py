@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from openwop_memory.storage.base import EntryRow, PutRequest, Scope
+from openwop_memory.storage.base import EntryRow, PutOutcome, PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.storage.sqlite_writer import Txn
 from openwop_memory_client import UpstreamUnavailableError
@@ -41,15 +41,27 @@ def request(scope: Scope, content: str, key: str | None = None) -> PutRequest:
     return PutRequest(scope, content, ("t1", "t2"), None, key, digest)
 
 
-async def snapshot(store: SqliteStorage, run_id: str, tenant: str) -> int:
-    record = await store.begin_run(run_id, tenant, replay=False, now_us=NOW, retention_us=DAY_US)
-    return record.snapshot_seq
+async def snapshot(store: SqliteStorage, run_id: str, tenant: str) -> Snapshot:
+    result = await store.begin_run(
+        run_id=run_id, tenant=tenant, replay=False, now_us=NOW, retention_cutoff_us=NOW - DAY_US
+    )
+    assert result.run is not None
+    return result.run.snapshot
+
+
+async def stored(store: SqliteStorage, req: PutRequest) -> EntryRow:
+    """Put ``req`` at ``NOW``; the entry it stored (or an earlier put with its key did)."""
+    result = await store.put(request=req, now_us=NOW)
+    assert result.outcome in (PutOutcome.STORED, PutOutcome.REPLAYED), result
+    assert result.entry is not None
+    return result.entry
 
 
 async def contents(store: SqliteStorage, scope: Scope) -> list[str]:
     """What a run begun now sees in ``scope``."""
     snap = await snapshot(store, f"reader-{os.urandom(4).hex()}", scope.tenant)
-    return [row.content for row in await store.list(scope, snap, NOW, 100, None)]
+    rows = await store.list(scope=scope, snapshot=snap, now_us=NOW, limit=100, tag=None)
+    return [row.content for row in rows]
 
 
 @contextlib.asynccontextmanager
@@ -104,11 +116,11 @@ async def test_rolled_back_scope_id_never_moves_an_entry_to_another_tenant(
     async with opened(path) as store:
         await set_max_page_count(store, None)  # the next page the database needs: SQLITE_FULL
         with pytest.raises(UpstreamUnavailableError) as failed:
-            await store.put(request(A, "a" * 20_000), NOW)
+            await stored(store, request(A, "a" * 20_000))
         assert failed.value.details["reason"] == "SQLITE_FULL"
         await set_max_page_count(store, 1 << 30)
-        await store.put(request(B, "b's entry"), NOW)
-        await store.put(request(A, "a's retry"), NOW)
+        await stored(store, request(B, "b's entry"))
+        await stored(store, request(A, "a's retry"))
         assert await contents(store, A) == ["a's retry"]
         assert await contents(store, B) == ["b's entry"]
     async with opened(path) as store:
@@ -127,12 +139,12 @@ async def test_a_commit_failing_at_any_statement_leaves_no_trace(
     async with opened(path) as store:
         store._writer.before_statement = fail_once_at(statement)
         with pytest.raises(UpstreamUnavailableError):
-            await store.put(request(A, "first", key="k1"), NOW)
+            await stored(store, request(A, "first", key="k1"))
         store._writer.before_statement = None
         assert await contents(store, A) == []
-        await store.put(request(B, "b"), NOW)
-        again = await store.put(request(A, "first", key="k1"), NOW)
-        replayed = await store.put(request(A, "first", key="k1"), NOW)
+        await stored(store, request(B, "b"))
+        again = await stored(store, request(A, "first", key="k1"))
+        replayed = await stored(store, request(A, "first", key="k1"))
         assert replayed == again  # the key was not half-written by the failed commit
         assert await contents(store, A) == ["first"]
         assert await contents(store, B) == ["b"]
@@ -157,7 +169,7 @@ async def test_one_failing_op_does_not_fail_its_group(store: SqliteStorage) -> N
 
     async def one(scope: Scope) -> None:
         try:
-            results[scope.tenant] = await store.put(request(scope, scope.tenant), NOW)
+            results[scope.tenant] = await stored(store, request(scope, scope.tenant))
         except UpstreamUnavailableError as exc:
             results[scope.tenant] = exc
 
@@ -191,10 +203,10 @@ async def test_scope_cache_is_bounded(tmp_path: Path) -> None:
     async with opened(tmp_path / "memory.db", scope_cache_size=3) as store:
         scopes = [Scope(f"tenant-{n}", "s") for n in range(10)]
         for scope in scopes:
-            await store.put(request(scope, f"one {scope.tenant}"), NOW)
+            await stored(store, request(scope, f"one {scope.tenant}"))
         assert len(store._scope_pks) == 3
         for scope in scopes:
-            await store.put(request(scope, f"two {scope.tenant}"), NOW)
+            await stored(store, request(scope, f"two {scope.tenant}"))
             assert len(store._scope_pks) <= 3
         for scope in scopes:
             assert await contents(store, scope) == [f"two {scope.tenant}", f"one {scope.tenant}"]
@@ -203,7 +215,7 @@ async def test_scope_cache_is_bounded(tmp_path: Path) -> None:
 async def test_health_reports_failing_writes_and_recovers(store: SqliteStorage) -> None:
     """Issue 7, finding 5: health said ok while every write failed. Now it lists
     ``writes_failing`` (with the reason) and turns ok by itself once a write can commit."""
-    assert (await store.health())["problems"] == []
+    assert (await store.health()).problems == ()
 
     def always(name: str) -> None:
         if name == "commit":
@@ -211,14 +223,14 @@ async def test_health_reports_failing_writes_and_recovers(store: SqliteStorage) 
 
     store._writer.before_statement = always
     with pytest.raises(UpstreamUnavailableError):
-        await store.put(request(A, "x"), NOW)
+        await stored(store, request(A, "x"))
     health = await store.health()  # its probe write fails too
-    assert health["problems"] == ["writes_failing"]
-    assert health["lastWriteError"] == "OperationalError"
+    assert health.problems == ("writes_failing",)
+    assert health.properties["lastWriteError"] == "OperationalError"
     store._writer.before_statement = None
     health = await store.health()
-    assert health["problems"] == [], health
-    assert "lastWriteError" not in health
+    assert health.problems == (), health
+    assert "lastWriteError" not in health.properties
 
 
 async def test_health_reports_a_stuck_writer(tmp_path: Path) -> None:
@@ -235,10 +247,10 @@ async def test_health_reports_a_stuck_writer(tmp_path: Path) -> None:
             tg.start_soon(store._writer.write, blocked)
             await anyio.sleep(0.4)
             with anyio.fail_after(2):
-                problems = (await store.health())["problems"]
-            assert isinstance(problems, list) and "writer_stuck" in problems
+                problems = (await store.health()).problems
+            assert "writer_stuck" in problems
             release.set()
-        assert (await store.health())["problems"] == []
+        assert (await store.health()).problems == ()
 
 
 # -- a real sidecar -------------------------------------------------------------------------

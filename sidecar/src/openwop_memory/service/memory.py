@@ -17,6 +17,9 @@ from typing import Any, Literal, Protocol
 import anyio.to_thread
 import orjson
 from openwop_memory_client import (
+    ConflictError,
+    ForbiddenError,
+    ReplaySnapshotUnavailableError,
     RunNotFoundError,
     SecretLeakageError,
     ValidationError,
@@ -36,7 +39,18 @@ from openwop_memory_client.wire import (
 )
 
 from .. import __version__
-from ..storage.base import EntryRow, PutRequest, Scope, Storage
+from ..domain import retention_cutoff_us
+from ..storage.base import (
+    BeginOutcome,
+    BeginResult,
+    EntryRow,
+    PutOutcome,
+    PutRequest,
+    RunRecord,
+    Scope,
+    Snapshot,
+    Storage,
+)
 from ..timefmt import MAX_WIRE_US, format_us, now_us, parse_rfc3339
 from .redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from .refs import RefCodec
@@ -83,6 +97,29 @@ def entry_to_wire(row: EntryRow) -> dict[str, Any]:
     if row.expires_us is not None:
         entry["expiresAt"] = format_us(row.expires_us)
     return entry
+
+
+def _begun_run(run_id: str, result: BeginResult) -> RunRecord:
+    """The run ``begin_run`` created or resumed.
+
+    :raises ForbiddenError: the run belongs to another tenant.
+    :raises ReplaySnapshotUnavailableError: a replay found no snapshot within retention.
+    """
+    outcome = result.outcome
+    if outcome is BeginOutcome.OTHER_TENANT:
+        raise ForbiddenError("the run belongs to another tenant", {"runId": run_id})
+    if outcome is BeginOutcome.RETENTION_EXPIRED:
+        raise ReplaySnapshotUnavailableError(
+            "the run's memory snapshot is past retention",
+            {"runId": run_id, "reason": "retention_expired"},
+        )
+    if outcome is BeginOutcome.UNKNOWN_RUN:
+        raise ReplaySnapshotUnavailableError(
+            "no memory snapshot was taken for this run",
+            {"runId": run_id, "reason": "unknown_run"},
+        )
+    assert result.run is not None
+    return result.run
 
 
 def _unique_nonempty(tags: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -136,22 +173,24 @@ class MemoryService:
             return self._begun(handle, resumed=True)
         # Check the keyring before touching storage, so a refused begin writes nothing.
         keyring = await grown(EMPTY_KEYRING, p.secrets)
-        record = await self.storage.begin_run(
-            p.runId,
-            p.tenant,
+        now = now_us()
+        result = await self.storage.begin_run(
+            run_id=p.runId,
+            tenant=p.tenant,
             replay=p.replay,
-            now_us=now_us(),
-            retention_us=self.config.replay_retention_us,
+            now_us=now,
+            retention_cutoff_us=retention_cutoff_us(now, self.config.replay_retention_us),
         )
+        record = _begun_run(p.runId, result)
         handle = self.runs.get(p.runId)  # another begin of the same run may have raced us
-        if handle is not None and handle.snapshot_seq == record.snapshot_seq:
+        if handle is not None and handle.snapshot == record.snapshot:
             await self._add_secrets(handle, p.secrets)
         else:
             handle = RunHandle(
-                record.run_id, record.tenant, record.snapshot_seq, record.snapshot_us, keyring
+                record.run_id, record.tenant, record.snapshot, record.snapshot_us, keyring
             )
             self.runs.add(handle)
-        return self._begun(handle, resumed=not record.created)
+        return self._begun(handle, resumed=result.outcome is BeginOutcome.RESUMED)
 
     @staticmethod
     def _begun(handle: RunHandle, *, resumed: bool) -> dict[str, Any]:
@@ -193,17 +232,18 @@ class MemoryService:
             )
         return handle
 
-    async def _snapshot(self, run_id: str) -> tuple[str, int]:
+    async def _snapshot(self, run_id: str) -> tuple[str, Snapshot]:
         """The run's (tenant, snapshot) whether it is open here or only persisted."""
         handle = self.runs.get(run_id)
         if handle is not None:
-            return handle.tenant, handle.snapshot_seq
+            return handle.tenant, handle.snapshot
         record = await self.storage.find_run(
-            run_id, now_us=now_us(), retention_us=self.config.replay_retention_us
+            run_id=run_id,
+            retention_cutoff_us=retention_cutoff_us(now_us(), self.config.replay_retention_us),
         )
         if record is None:
             raise RunNotFoundError("unknown run", {"runId": run_id})
-        return record.tenant, record.snapshot_seq
+        return record.tenant, record.snapshot
 
     # -- memory --------------------------------------------------------------------------
 
@@ -215,11 +255,11 @@ class MemoryService:
         options = p.options
         limit = (options.limit if options else None) or self.config.default_list_limit
         rows = await self.storage.list(
-            scope,
-            snapshot,
-            now_us(),
-            min(limit, self.config.max_list_limit),
-            options.tag if options else None,
+            scope=scope,
+            snapshot=snapshot,
+            now_us=now_us(),
+            limit=min(limit, self.config.max_list_limit),
+            tag=options.tag if options else None,
         )
         return [entry_to_wire(r) for r in rows]
 
@@ -228,7 +268,7 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, tenant)
         if scope is None:
             return None
-        row = await self.storage.get(scope, snapshot, now_us(), p.id)
+        row = await self.storage.get(scope=scope, snapshot=snapshot, now_us=now_us(), entry_id=p.id)
         return None if row is None else entry_to_wire(row)
 
     async def delete(self, p: DeleteParams) -> bool:
@@ -236,7 +276,7 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, tenant)
         if scope is None:
             return False
-        return await self.storage.delete(scope, p.id, now_us())
+        return await self.storage.delete(scope=scope, entry_id=p.id, now_us=now_us())
 
     async def put(self, p: PutParams) -> dict[str, Any]:
         expires_us = self._check_entry(p.entry)
@@ -246,8 +286,13 @@ class MemoryService:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
         keyring = await self._keyring(handle)
         request = await self._redacted_request(keyring, scope, p, expires_us)
-        row = await self.storage.put(request, now_us())
-        return entry_to_wire(row)
+        result = await self.storage.put(request=request, now_us=now_us())
+        if result.outcome is PutOutcome.KEY_CONFLICT:
+            raise ConflictError(
+                "the idempotency key was used for a different entry", {"field": "idempotencyKey"}
+            )
+        assert result.entry is not None
+        return entry_to_wire(result.entry)
 
     def _check_entry(self, entry: EntryInput) -> int | None:
         """Check the entry as received; return its expiry in µs (``None`` if it has none).
@@ -380,12 +425,14 @@ class MemoryService:
         """``ok``, or ``degraded`` when storage cannot answer or reports problems (writes
         failing, a stuck writer, a full disk); never raises."""
         try:
-            storage = await self.storage.health()
+            record = await self.storage.health()
         except Exception as exc:  # noqa: BLE001 - health must answer, whatever the storage says
-            storage = {"error": getattr(exc, "code", "internal_error")}
-        status = "degraded" if "error" in storage or storage.get("problems") else "ok"
+            storage: dict[str, object] = {"error": getattr(exc, "code", "internal_error")}
+            degraded = True
+        else:
+            storage, degraded = record.to_wire(), bool(record.problems)
         return {
-            "status": status,
+            "status": "degraded" if degraded else "ok",
             "version": __version__,
             "uptimeSeconds": round(time.monotonic() - self.started, 3),
             "storage": storage,

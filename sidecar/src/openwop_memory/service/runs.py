@@ -15,6 +15,7 @@ import anyio.to_thread
 from openwop_memory_client import ValidationError
 from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
 
+from ..storage.base import Snapshot
 from .redaction import Keyring
 
 
@@ -61,7 +62,7 @@ async def grown(keyring: Keyring, secrets: list[SecretSpec]) -> Keyring:
 class RunHandle:
     run_id: str
     tenant: str
-    snapshot_seq: int
+    snapshot: Snapshot  # opaque: stored and handed back to storage unchanged
     snapshot_us: int
     keyring: Keyring
     # (host keyring generation, run keyring, both compiled together), see MemoryService.

@@ -12,6 +12,7 @@ import anyio
 import structlog
 
 from ..config import Settings
+from ..domain import SweepHorizons
 from ..timefmt import now_us
 from .memory import MemoryService
 
@@ -36,8 +37,10 @@ class Sweeper:
         try:
             storage = self.service.storage
             now = now_us()
-            await storage.touch_runs(self.service.runs.run_ids(), now)
-            counts = await storage.sweep(now, self.retention_us, self.batch)
+            await storage.touch_runs(run_ids=self.service.runs.run_ids(), now_us=now)
+            counts = await storage.sweep(
+                horizons=SweepHorizons.at(now, self.retention_us), batch_size=self.batch
+            )
         except Exception as exc:  # noqa: BLE001 - the sweeper outlives its own failures
             stats.sweep_failures += 1
             log.error(

@@ -1,24 +1,45 @@
 """The storage interface every backend implements, and the plain records it trades in.
 
-The logical clock is the store's commit order: every write takes the next sequence number
-inside its own transaction, and a snapshot is a sequence number. An entry is visible to a
-snapshot ``S`` when ``created_seq <= S`` and it is not deleted as of ``S`` (``deleted_seq``
-is null or greater than ``S``) and not expired at the time of the read.
+What a backend promises:
 
-Every method may raise :class:`~openwop_memory_client.UpstreamUnavailableError` when the
-database is unreachable or failing; backends translate their driver's errors into it in
-one place and never let a driver exception escape.
-
-A failed write leaves no trace: a backend updates what it keeps in memory about the data
-(ids it cached, clocks) only after the transaction that wrote it has committed, so a
-rolled-back write can never be answered, nor leave an id that points at another tenant's
-data.
+- **Outcomes, not errors.** A method reports what it found (a record, an enum, a small
+  result); the service alone decides what is an error for the client and spells the wire
+  ``details``. Domain rules (the entry-id format, the retention horizons) come from
+  :mod:`openwop_memory.domain` or as arguments; a backend applies them and defines none.
+- **Failures.** Every method may raise
+  :class:`~openwop_memory_client.UpstreamUnavailableError` when the database is unreachable
+  or failing, and nothing else; each backend translates its driver's errors into it in one
+  place and never lets a driver exception escape. :meth:`Storage.open` raises
+  :class:`StorageStartupError` instead.
+- **Commit order and snapshots.** Writes have a total commit order among the writes a run
+  can see (at least per tenant). A :data:`Snapshot` is a point in that order, taken when a
+  run begins; an entry is visible to it when it was committed at or before that point, was
+  not deleted at or before it, and has not expired at the time of the read. The snapshot is
+  opaque: the service stores it and hands it back unchanged to the backend that issued it.
+- **createdAt** never goes backwards in commit order, and a run's ``snapshot_us`` sits
+  between the createdAt of the entries inside its snapshot and those after it.
+- **Idempotency keys pin their entry**: while a key is kept, the entry it stored is
+  returned by a repeated put even after that entry was deleted or expired.
+- **Durability**: a write method returns only after its commit is durable.
+- **A failed write leaves no trace**: a backend updates what it keeps in memory about the
+  data (ids it cached, clocks) only after the transaction that wrote it has committed, so a
+  rolled-back write can never be answered, nor leave an id that points at another tenant's
+  data.
+- Every argument is keyword-only.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, NewType, Protocol
+
+from ..domain import SweepHorizons
+
+# Opaque to everything but the backend that issued it (SQLite: a commit sequence number);
+# compared only for equality by the service.
+Snapshot = NewType("Snapshot", object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +66,30 @@ class EntryRow(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """A persisted run: its tenant and snapshot, and whether ``begin_run`` just made it."""
+    """A persisted run: its tenant and snapshot (and the time the snapshot was taken)."""
 
     run_id: str
     tenant: str
-    snapshot_seq: int
+    snapshot: Snapshot
     snapshot_us: int
-    created: bool
+
+
+class BeginOutcome(enum.Enum):
+    """What :meth:`Storage.begin_run` found and did."""
+
+    CREATED = "created"  # a new snapshot was taken and persisted (new run, or past retention)
+    RESUMED = "resumed"  # the run's retained snapshot, now touched
+    OTHER_TENANT = "other_tenant"  # the run id belongs to another tenant; nothing written
+    RETENTION_EXPIRED = "retention_expired"  # replay: the run's snapshot is past retention
+    UNKNOWN_RUN = "unknown_run"  # replay: no snapshot was ever taken for the run
+
+
+@dataclass(frozen=True, slots=True)
+class BeginResult:
+    """``run`` is set exactly when ``outcome`` is CREATED or RESUMED."""
+
+    outcome: BeginOutcome
+    run: RunRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +104,25 @@ class PutRequest:
     digest: bytes
 
 
+class PutOutcome(enum.Enum):
+    """What :meth:`Storage.put` did."""
+
+    STORED = "stored"  # a new entry was committed
+    REPLAYED = "replayed"  # the key was kept with the same digest: the earlier entry
+    KEY_CONFLICT = "key_conflict"  # the key was kept with another digest; nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """``entry`` is set exactly when ``outcome`` is STORED or REPLAYED."""
+
+    outcome: PutOutcome
+    entry: EntryRow | None = None
+
+
 @dataclass(slots=True)
 class SweepCounts:
-    """What one sweep pass removed."""
+    """What one sweep pass removed, and the steps that failed (content-free reasons)."""
 
     expired_entries: int = 0
     purged_tombstones: int = 0
@@ -78,8 +132,29 @@ class SweepCounts:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class StorageHealth:
+    """A content-free description of a backend, as ``sidecar.health`` shows it under
+    ``storage``: the backend's name and schema version, what makes it degraded now
+    (``problems``, such as ``writes_failing``; none when it is ok), and backend-specific
+    properties (wire-spelt keys, JSON values)."""
+
+    backend: str
+    schema_version: int
+    problems: tuple[str, ...] = ()
+    properties: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "schemaVersion": self.schema_version,
+            **self.properties,
+            "problems": list(self.problems),
+        }
+
+
 class Storage(Protocol):
-    """A memory store with snapshot reads. Implementations: SQLite (and PostgreSQL)."""
+    """A memory store with snapshot reads. Implementations: SQLite (PostgreSQL to come)."""
 
     async def open(self) -> None:
         """Connect, check the database is usable, and migrate its schema.
@@ -88,58 +163,65 @@ class Storage(Protocol):
         """
 
     async def close(self) -> None:
-        """Flush pending writes, checkpoint, and disconnect. Idempotent."""
+        """Flush pending writes and disconnect. Idempotent."""
 
     async def ref_key(self) -> bytes:
         """The MAC key for issued refs, created once per database and shared by all sidecars."""
 
     async def begin_run(
-        self, run_id: str, tenant: str, *, replay: bool, now_us: int, retention_us: int
-    ) -> RunRecord:
-        """Return the run's persisted snapshot, taking and persisting a new one if needed.
+        self, *, run_id: str, tenant: str, replay: bool, now_us: int, retention_cutoff_us: int
+    ) -> BeginResult:
+        """In one transaction: classify the run and take a snapshot if it needs one.
 
-        A run within retention keeps its snapshot; a run past retention (or never begun)
-        gets a fresh one, unless ``replay`` is set.
-
-        :raises ForbiddenError: the run exists under another tenant.
-        :raises ReplaySnapshotUnavailableError: ``replay`` and no snapshot within retention.
+        A run of another tenant: OTHER_TENANT. A run of ``tenant`` with a snapshot touched
+        after ``retention_cutoff_us``: RESUMED (touched at ``now_us``). Otherwise, with
+        ``replay``: RETENTION_EXPIRED if the run is known, UNKNOWN_RUN if not; without it:
+        CREATED, with a fresh snapshot touched at ``now_us``. Only CREATED and RESUMED write.
         """
 
-    async def find_run(self, run_id: str, *, now_us: int, retention_us: int) -> RunRecord | None:
-        """The run's snapshot if it was begun and is within retention, else ``None``."""
+    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
+        """The run if it has a snapshot touched after ``retention_cutoff_us``, else ``None``."""
 
-    async def touch_runs(self, run_ids: list[str], now_us: int) -> None:
-        """Keep these (open) runs' snapshots retained as of ``now_us``."""
+    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
+        """Mark these runs' snapshots (those that have one) as used at ``now_us``."""
 
-    async def put(self, request: PutRequest, now_us: int) -> EntryRow:
-        """Store a new entry (or return the one an earlier put with the same key stored).
+    async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
+        """Store a new entry, unless its idempotency key is already kept in its scope.
 
-        Returns only after the write is committed.
-
-        :raises ConflictError: the idempotency key was used with a different entry.
+        A new entry gets its id from :func:`~openwop_memory.domain.new_entry_id` and its
+        createdAt from the commit; ``now_us`` dates the idempotency key.
         """
 
-    async def delete(self, scope: Scope, entry_id: str, now_us: int) -> bool:
-        """Tombstone a live, unexpired entry of the scope; ``False`` if there was none."""
+    async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
+        """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;
+        ``False`` (nothing written) if there was none."""
 
     async def list(
-        self, scope: Scope, snapshot_seq: int, now_us: int, limit: int, tag: str | None
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, limit: int, tag: str | None
     ) -> list[EntryRow]:
-        """Entries visible to the snapshot, newest first (ties in commit order)."""
+        """Up to ``limit`` entries of ``scope`` visible to the snapshot at ``now_us`` (with
+        ``tag`` among their tags, if given), newest first (ties in commit order)."""
 
     async def get(
-        self, scope: Scope, snapshot_seq: int, now_us: int, entry_id: str
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | None:
-        """One entry visible to the snapshot, or ``None``."""
+        """The entry of ``scope`` with this id if visible to the snapshot, else ``None``."""
 
-    async def sweep(self, now_us: int, retention_us: int, batch_size: int) -> SweepCounts:
-        """Delete expired entries and purge what retention no longer needs, in small batches."""
+    async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
+        """Remove what the horizons allow, in batches of ``batch_size`` so writers never stall.
 
-    async def health(self) -> dict[str, object]:
+        Expired entries and idempotency keys past ``key_cutoff_us`` go (an entry pinned by a
+        kept key stays); runs touched at or before ``run_cutoff_us`` lose their snapshot but
+        keep a marker, and markers touched at or before ``marker_cutoff_us`` go; a tombstoned
+        entry goes once no remaining snapshot can see it. A failing step is recorded in
+        ``errors`` and the other steps still run.
+        """
+
+    async def health(self) -> StorageHealth:
         """A content-free description of the backend; raises if it cannot answer.
 
-        Its ``problems`` list names what makes the backend degraded right now (empty when
-        it is ok), e.g. ``writes_failing`` until a write succeeds again.
+        Its ``problems`` name what makes the backend degraded right now (none when it is
+        ok), e.g. ``writes_failing`` until a write succeeds again.
         """
 
 

@@ -30,23 +30,31 @@ import sqlite3
 import stat
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import aiosqlite
 import anyio
 import anyio.lowlevel
 import orjson
 import structlog
-from openwop_memory_client import (
-    ConflictError,
-    ForbiddenError,
-    MemoryServiceError,
-    ReplaySnapshotUnavailableError,
-    UpstreamUnavailableError,
-)
+from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
 
+from ..domain import SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
-from .base import EntryRow, PutRequest, RunRecord, Scope, StorageStartupError, SweepCounts
+from .base import (
+    BeginOutcome,
+    BeginResult,
+    EntryRow,
+    PutOutcome,
+    PutRequest,
+    PutResult,
+    RunRecord,
+    Scope,
+    Snapshot,
+    StorageHealth,
+    StorageStartupError,
+    SweepCounts,
+)
 from .sqlite_errors import translate_errors
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
 from .sqlite_writer import GroupCommit, OpFn, Txn
@@ -61,9 +69,6 @@ _VISIBLE = (
 _SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = :tenant AND key = :key)"
 # Idempotency keys pin their entry (the second put returns it even after delete or expiry).
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
-# Run markers (snapshot cleared) stay this many retentions so a late replay can still be told
-# "retention_expired" rather than "unknown_run".
-_MARKER_RETENTIONS = 4
 # Below this much free space on the database's file system, health reports ``disk_full``:
 # one WAL cycle between checkpoints (wal_autocheckpoint) needs about this much.
 _LOW_DISK_BYTES = 16 << 20
@@ -315,9 +320,9 @@ class SqliteStorage:
         return bytes(rows[0][0])
 
     async def begin_run(
-        self, run_id: str, tenant: str, *, replay: bool, now_us: int, retention_us: int
-    ) -> RunRecord:
-        def op(txn: Txn) -> RunRecord:
+        self, *, run_id: str, tenant: str, replay: bool, now_us: int, retention_cutoff_us: int
+    ) -> BeginResult:
+        def op(txn: Txn) -> BeginResult:
             rows = txn.conn.execute(
                 "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
                 (run_id,),
@@ -325,22 +330,17 @@ class SqliteStorage:
             if rows:
                 owner, snap, snap_us, touched_us = rows[0]
                 if owner != tenant:
-                    raise ForbiddenError("the run belongs to another tenant", {"runId": run_id})
-                if snap is not None and touched_us + retention_us > now_us:
+                    return _OTHER_TENANT
+                if snap is not None and touched_us > retention_cutoff_us:
                     txn.conn.execute(
                         "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
                     )
-                    return RunRecord(run_id, tenant, snap, snap_us, created=False)
+                    run = RunRecord(run_id, tenant, Snapshot(snap), snap_us)
+                    return BeginResult(BeginOutcome.RESUMED, run)
                 if replay:
-                    raise ReplaySnapshotUnavailableError(
-                        "the run's memory snapshot is past retention",
-                        {"runId": run_id, "reason": "retention_expired"},
-                    )
+                    return _RETENTION_EXPIRED
             elif replay:
-                raise ReplaySnapshotUnavailableError(
-                    "no memory snapshot was taken for this run",
-                    {"runId": run_id, "reason": "unknown_run"},
-                )
+                return _UNKNOWN_RUN
             # Taken from the clock, so every entry inside the snapshot has createdAt <=
             # snapshotAt and every later one has createdAt >= snapshotAt.
             snap_us = txn.last_us
@@ -351,12 +351,14 @@ class SqliteStorage:
                 " touched_us = excluded.touched_us",
                 (run_id, tenant, txn.seq, snap_us, now_us),
             )
-            return RunRecord(run_id, tenant, txn.seq, snap_us, created=True)
+            return BeginResult(
+                BeginOutcome.CREATED, RunRecord(run_id, tenant, Snapshot(txn.seq), snap_us)
+            )
 
-        result: RunRecord = await self._writer.write(op)
+        result: BeginResult = await self._writer.write(op)
         return result
 
-    async def touch_runs(self, run_ids: list[str], now_us: int) -> None:
+    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
         if not run_ids:
             return
 
@@ -368,8 +370,8 @@ class SqliteStorage:
 
         await self._writer.write(op)
 
-    async def put(self, request: PutRequest, now_us: int) -> EntryRow:
-        def op(txn: Txn) -> EntryRow:
+    async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
+        def op(txn: Txn) -> PutResult:
             scope_pk = self._scope_pk(txn, request.scope)
             key = request.idempotency_key
             if key is not None:
@@ -377,14 +379,11 @@ class SqliteStorage:
                 if earlier is not None:
                     digest, row = earlier
                     if digest != request.digest:
-                        raise ConflictError(
-                            "the idempotency key was used for a different entry",
-                            {"field": "idempotencyKey"},
-                        )
-                    return row
+                        return _KEY_CONFLICT
+                    return PutResult(PutOutcome.REPLAYED, row)
             seq, created_us = txn.stamp()
             row = EntryRow(
-                id=_new_entry_id(created_us),
+                id=new_entry_id(created_us),
                 content=request.content,
                 tags=request.tags,
                 created_us=created_us,
@@ -404,9 +403,9 @@ class SqliteStorage:
             txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
             if key is not None:
                 txn.keys.append((scope_pk, key, request.digest, seq, now_us))
-            return row
+            return PutResult(PutOutcome.STORED, row)
 
-        result: EntryRow = await self._writer.write(op)
+        result: PutResult = await self._writer.write(op)
         return result
 
     def _keyed_entry(self, txn: Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
@@ -424,7 +423,7 @@ class SqliteStorage:
             return None
         return bytes(rows[0][0]), _row(rows[0][1:])
 
-    async def delete(self, scope: Scope, entry_id: str, now_us: int) -> bool:
+    async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         def op(txn: Txn) -> bool:
             cursor = txn.conn.execute(
                 f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
@@ -452,24 +451,24 @@ class SqliteStorage:
             raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
         return self._readers[next(self._next_reader)]
 
-    async def find_run(self, run_id: str, *, now_us: int, retention_us: int) -> RunRecord | None:
+    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
         rows = await self._point_read(
             "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
             " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ?",
-            (run_id, now_us - retention_us),
+            (run_id, retention_cutoff_us),
         )
         if not rows:
             return None
         tenant, snap, snap_us = rows[0]
-        return RunRecord(run_id, tenant, snap, snap_us, created=False)
+        return RunRecord(run_id, tenant, Snapshot(snap), snap_us)
 
     async def list(
-        self, scope: Scope, snapshot_seq: int, now_us: int, limit: int, tag: str | None
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, limit: int, tag: str | None
     ) -> list[EntryRow]:
         params: dict[str, Any] = {
             "tenant": scope.tenant,
             "key": scope.key,
-            "snap": snapshot_seq,
+            "snap": cast(int, snapshot),
             "now": now_us,
             "limit": limit,
         }
@@ -490,7 +489,7 @@ class SqliteStorage:
         return [_row(r) for r in rows]
 
     async def get(
-        self, scope: Scope, snapshot_seq: int, now_us: int, entry_id: str
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | None:
         rows = await self._point_read(
             f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
@@ -499,7 +498,7 @@ class SqliteStorage:
                 "id": entry_id,
                 "tenant": scope.tenant,
                 "key": scope.key,
-                "snap": snapshot_seq,
+                "snap": cast(int, snapshot),
                 "now": now_us,
             },
         )
@@ -507,32 +506,32 @@ class SqliteStorage:
 
     # -- maintenance ---------------------------------------------------------------------
 
-    async def sweep(self, now_us: int, retention_us: int, batch_size: int) -> SweepCounts:
+    async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         counts = SweepCounts()
         steps: list[tuple[str, str, tuple[Any, ...]]] = [
             (
                 "expired_entries",
                 "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE expires_us <= ?"
                 f" AND {_UNPINNED} LIMIT ?)",
-                (now_us, batch_size),
+                (horizons.now_us, batch_size),
             ),
             (
                 "purged_idempotency_keys",
                 "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
                 " WHERE created_us <= ? LIMIT ?)",
-                (now_us - retention_us, batch_size),
+                (horizons.key_cutoff_us, batch_size),
             ),
             (
                 "expired_runs",
                 "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
                 " WHERE snapshot_seq IS NOT NULL AND touched_us <= ? LIMIT ?)",
-                (now_us - retention_us, batch_size),
+                (horizons.run_cutoff_us, batch_size),
             ),
             (
                 "purged_runs",
                 "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
                 " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
-                (now_us - _MARKER_RETENTIONS * retention_us, batch_size),
+                (horizons.marker_cutoff_us, batch_size),
             ),
             # A tombstone can go once every retained snapshot is at or past its delete.
             (
@@ -558,7 +557,7 @@ class SqliteStorage:
             await self._writer.checkpoint("PASSIVE")
         return counts
 
-    async def health(self) -> dict[str, object]:
+    async def health(self) -> StorageHealth:
         """The backend's state; ``problems`` lists what makes it degraded (empty when ok):
         ``writes_failing``, ``writer_stuck``, ``disk_full`` (under 16 MiB free).
 
@@ -579,17 +578,19 @@ class SqliteStorage:
                 problems.append("disk_full")
         with translate_errors():
             rows = await _fetch(self._reader(), "SELECT seq FROM clock")
-        health: dict[str, object] = {
-            "backend": "sqlite",
+        properties: dict[str, str | int | bool] = {
             "journalMode": "wal",
             "synchronous": self.synchronous,
-            "schemaVersion": self._schema_version,
             "commitSeq": int(rows[0][0]),
-            "problems": problems,
         }
         if "writes_failing" in problems:
-            health["lastWriteError"] = self._writer.failure_reason
-        return health
+            properties["lastWriteError"] = self._writer.failure_reason
+        return StorageHealth(
+            backend="sqlite",
+            schema_version=self._schema_version,
+            problems=tuple(problems),
+            properties=properties,
+        )
 
 
 class _ScopeCache:
@@ -620,14 +621,11 @@ def _probe(txn: Txn) -> None:
     """An empty write: the group commit around it still updates the clock and commits."""
 
 
-def _new_entry_id(created_us: int) -> str:
-    """A unique, opaque entry id that sorts by creation time.
-
-    Random ids land on random pages of the id index, so every commit dirtied (and wrote to
-    the WAL) a page per entry; time-ordered ids append. The time part reveals nothing that
-    createdAt does not, and 80 random bits keep ids from different sidecars apart.
-    """
-    return f"mem_{created_us:013x}{secrets.token_hex(10)}"
+# Outcomes that carry no record, built once: begin and put run on the hot path.
+_OTHER_TENANT = BeginResult(BeginOutcome.OTHER_TENANT)
+_RETENTION_EXPIRED = BeginResult(BeginOutcome.RETENTION_EXPIRED)
+_UNKNOWN_RUN = BeginResult(BeginOutcome.UNKNOWN_RUN)
+_KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
 
 
 def _statement(sql: str, params: tuple[Any, ...]) -> OpFn:
