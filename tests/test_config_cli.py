@@ -24,7 +24,12 @@ from typing import Any
 
 import pytest
 from openwop_memory import __version__
-from openwop_memory.config import Settings, load_settings
+from openwop_memory.config import (
+    DEPRECATED,
+    SqliteSettings,
+    load_settings,
+    setting_names,
+)
 from support.sidecar import EXE, RawClient, Sidecar
 
 TENANT = "tenant-config"
@@ -185,6 +190,23 @@ BAD_SETTINGS: list[tuple[str, tuple[str, ...], dict[str, str], str | None, tuple
     ("env-retention-not-twice-sweep", (), {"OPENWOP_MEMORY_REPLAY_RETENTION": "2m"}, None,
      ("replay_retention", "OPENWOP_MEMORY_REPLAY_RETENTION")),
     ("toml-syntax-error", (), {}, "max_request_bytes = \n", ("{config}",)),
+    ("toml-bad-sqlite-value", (), {}, '[sqlite]\nbusy_timeout = "soon"\n',
+     ("sqlite.busy_timeout", "{config}")),
+    ("toml-unknown-sqlite-key", (), {}, '[sqlite]\nsynchronus = "FULL"\n',
+     ("sqlite.synchronus", "{config}")),
+    ("toml-sqlite-not-a-table", (), {}, 'sqlite = "fast"\n', ("sqlite", "{config}")),
+    ("flag-bad-sqlite-read-connections", ("--sqlite-read-connections", "0"), {}, None,
+     ("sqlite.read_connections", "--sqlite-read-connections")),
+    ("env-bad-sqlite-synchronous", (), {"OPENWOP_MEMORY_SQLITE_SYNCHRONOUS": "OFF"}, None,
+     ("sqlite.synchronous", "OPENWOP_MEMORY_SQLITE_SYNCHRONOUS")),
+    ("old-and-new-spelling", ("--synchronous", "FULL"),
+     {"OPENWOP_MEMORY_SQLITE_SYNCHRONOUS": "FULL"}, None,
+     ("sqlite.synchronous", "--synchronous", "OPENWOP_MEMORY_SQLITE_SYNCHRONOUS")),
+    ("old-and-new-spelling-in-toml", (), {},
+     'busy_timeout = "1s"\n[sqlite]\nbusy_timeout = "2s"\n',
+     ("sqlite.busy_timeout", "busy_timeout (from config file {config})")),
+    ("postgresql-not-in-this-build", ("--database", "postgresql://memory@localhost/memory"),
+     {}, None, ("postgresql", "no postgresql backend")),
 ]  # fmt: skip
 
 
@@ -453,6 +475,10 @@ def test_python_dash_m_help() -> None:
         "--credential-patterns",
         "--secrets-dir",
         "--secrets-poll-interval",
+        "--sqlite-synchronous",
+        "--sqlite-busy-timeout",
+        "--sqlite-read-connections",
+        "--sqlite-inline-point-reads",
     ):
         assert flag in serve.stdout, flag
 
@@ -462,4 +488,65 @@ def test_the_shipped_example_config_is_valid_and_names_every_setting() -> None:
     settings = load_settings({}, environ={}, config_file=str(example))
     assert settings.socket == "/run/openwop-memory/memory.sock"
     with example.open("rb") as f:
-        assert set(tomllib.load(f)) == set(Settings.model_fields)
+        data = tomllib.load(f)
+    names = {
+        f"{key}.{sub}" if isinstance(value, dict) else key
+        for key, value in data.items()
+        for sub in (value if isinstance(value, dict) else [key])
+    }
+    assert names == set(setting_names())
+    assert {"sqlite.synchronous", "sqlite.busy_timeout"} <= names
+    assert not names & set(DEPRECATED), "the example uses only current spellings"
+
+
+# -- backend setting groups ------------------------------------------------------------------
+
+
+def test_sqlite_group_is_read_from_every_source(workdir: Path) -> None:
+    config = workdir / "settings.toml"
+    config.write_text('[sqlite]\nbusy_timeout = "2s"\nread_connections = 3\nsynchronous = "FULL"\n')
+    env = {
+        "OPENWOP_MEMORY_SQLITE_READ_CONNECTIONS": "4",
+        "OPENWOP_MEMORY_SQLITE_SYNCHRONOUS": "EXTRA",
+    }
+    flags = {"sqlite.synchronous": "NORMAL", "sqlite.inline_point_reads": "false"}
+    settings = load_settings(flags, environ=env, config_file=str(config))
+    assert settings.sqlite.busy_timeout == 2.0  # the file
+    assert settings.sqlite.read_connections == 4  # the environment beats the file
+    assert settings.sqlite.synchronous == "NORMAL"  # the flag beats both
+    assert settings.sqlite.inline_point_reads is False
+    assert load_settings({}, environ={}).sqlite == SqliteSettings()
+
+
+@pytest.mark.parametrize("source", ["flag", "env", "toml"])
+def test_an_old_flat_spelling_still_works_and_warns(workdir: Path, source: str) -> None:
+    """``synchronous`` (now ``sqlite.synchronous``) given the old way takes effect, and the
+    sidecar logs a warning that names the new spelling."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    if source == "flag":
+        args = ["--synchronous", "FULL"]
+    elif source == "env":
+        env = {"OPENWOP_MEMORY_SYNCHRONOUS": "FULL"}
+    else:
+        config = workdir / "settings.toml"
+        config.write_text('synchronous = "FULL"\n')
+        args = ["--config", str(config)]
+    with Sidecar(workdir, *args, env=env) as sidecar, sidecar.client() as client:
+        assert client.call("sidecar.health")["storage"]["synchronous"] == "FULL"
+        warnings = [r for r in sidecar.log_lines() if r.get("event") == "deprecated_setting"]
+    assert len(warnings) == 1, sidecar.log()
+    assert warnings[0]["level"] == "warning"
+    assert warnings[0]["setting"] == "synchronous"
+    assert warnings[0]["use"] == "sqlite.synchronous"
+    assert "--sqlite-synchronous" in warnings[0]["message"]
+    assert "OPENWOP_MEMORY_SQLITE_SYNCHRONOUS" in warnings[0]["message"]
+
+
+def test_the_new_spelling_takes_effect_without_a_warning(workdir: Path) -> None:
+    with (
+        Sidecar(workdir, "--sqlite-synchronous", "EXTRA") as sidecar,
+        sidecar.client() as client,
+    ):
+        assert client.call("sidecar.health")["storage"]["synchronous"] == "EXTRA"
+    assert not [r for r in sidecar.log_lines() if r.get("event") == "deprecated_setting"]

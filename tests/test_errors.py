@@ -516,7 +516,7 @@ def test_no_error_carries_content_or_secret_values(shared_sidecar: Sidecar) -> N
 def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
     workdir: Path,
 ) -> None:
-    with Sidecar(workdir, "--busy-timeout", "200ms") as sidecar, sidecar.client() as c:
+    with Sidecar(workdir, "--sqlite-busy-timeout", "200ms") as sidecar, sidecar.client() as c:
         ref = ref_of(c, "t1")
         c.call("run.begin", runId="w", tenant="t1")
         # Another process's writer holds the database's write lock past the busy timeout.

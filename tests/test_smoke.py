@@ -15,7 +15,10 @@ from support.sidecar import Sidecar
 
 @pytest.mark.parametrize("inline", ["true", "false"])
 def test_put_then_later_run_reads_it(workdir: Path, inline: str) -> None:
-    with Sidecar(workdir, "--inline-point-reads", inline) as sidecar, sidecar.client() as rpc:
+    with (
+        Sidecar(workdir, "--sqlite-inline-point-reads", inline) as sidecar,
+        sidecar.client() as rpc,
+    ):
         check_capabilities(rpc.call("host.capabilities"))
         ref = rpc.call("memory.issueRef", tenant="t1", agent="a")["memoryRef"]
         secrets = [{"id": "k", "value": "s3cr3t-value-1"}]

@@ -350,7 +350,7 @@ def test_concurrent_puts_with_one_key_write_once(client: SharedClient) -> None:
 
 
 def test_the_sweeper_survives_its_own_failures(workdir: Path) -> None:
-    args = ("--sweep-interval", "0.2", "--replay-retention", "2", "--busy-timeout", "50ms")
+    args = ("--sweep-interval", "0.2", "--replay-retention", "2", "--sqlite-busy-timeout", "50ms")
     with Sidecar(workdir, *args) as sidecar, sidecar.client() as c:
 
         def stats() -> dict[str, Any]:

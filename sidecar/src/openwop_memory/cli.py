@@ -58,8 +58,16 @@ def _health_socket(args: argparse.Namespace) -> str:
 
 def _serve_main(argv: list[str]) -> int:
     import anyio
+    import structlog
 
-    from .config import ConfigError, Settings, load_settings
+    from .config import (
+        DEPRECATED,
+        ConfigError,
+        DeprecatedSpelling,
+        flag_of,
+        load_settings,
+        setting_fields,
+    )
     from .logs import configure_logging
     from .server import Server, StartupError
 
@@ -68,25 +76,38 @@ def _serve_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the memory sidecar")
     serve.add_argument("--config", help="TOML file with settings (OPENWOP_MEMORY_CONFIG)")
-    for name, field in Settings.model_fields.items():
+    for name, field in setting_fields().items():
         default = f"{field.default:04o}" if name == "socket_mode" else field.default
         shown = f"default: {'not set' if default is None else default}"
         serve.add_argument(
-            f"--{name.replace('_', '-')}",
+            flag_of(name),
             dest=name,
             default=None,
-            metavar=name.upper(),
+            metavar=name.rpartition(".")[2].upper(),
             help=f"{field.description}; {shown}" if field.description else shown,
+        )
+    for old, new in DEPRECATED.items():
+        serve.add_argument(
+            flag_of(old), dest=old, default=None, help=f"deprecated: use {flag_of(new)}"
         )
     _health_parser(sub.add_parser("health", help="ask a running sidecar whether it is healthy"))
     args = parser.parse_args(argv)
-    flags = {name: getattr(args, name) for name in Settings.model_fields}
+    flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
+    deprecations: list[DeprecatedSpelling] = []
     try:
-        settings = load_settings(flags, config_file=args.config)
+        settings = load_settings(flags, config_file=args.config, deprecations=deprecations)
     except ConfigError as exc:
         print(f"openwop-memory: {exc}", file=sys.stderr)
         return 1
     configure_logging(settings.log_format, settings.log_level)
+    for deprecation in deprecations:
+        structlog.get_logger("openwop_memory.config").warning(
+            "deprecated_setting",
+            setting=deprecation.old,
+            source=deprecation.source,
+            use=deprecation.new,
+            message=str(deprecation),
+        )
     try:
         # uvloop: about a third less CPU per request than the stock loop, measured.
         anyio.run(Server(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})

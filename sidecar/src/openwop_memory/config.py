@@ -2,9 +2,17 @@
 
 Every setting has one name, spelt ``max_request_bytes`` in TOML,
 ``OPENWOP_MEMORY_MAX_REQUEST_BYTES`` in the environment and ``--max-request-bytes`` on the
-command line. Durations take seconds or a number with a unit (``500ms``, ``60s``, ``5m``,
+command line. A storage backend's settings form a group: ``busy_timeout`` of ``sqlite`` is
+``busy_timeout`` in the TOML table ``[sqlite]``, ``OPENWOP_MEMORY_SQLITE_BUSY_TIMEOUT`` and
+``--sqlite-busy-timeout``; the group's settings are named ``sqlite.busy_timeout`` in
+messages. Durations take seconds or a number with a unit (``500ms``, ``60s``, ``5m``,
 ``2h``, ``7d``). A bad value fails start-up with a message naming the setting and where
 it came from.
+
+The SQLite settings were once top-level (``synchronous``, ``busy_timeout``,
+``read_connections``, ``inline_point_reads``, ``scope_cache_size``); those spellings still
+work, with a start-up warning naming the new one, and giving both spellings of one setting
+is an error.
 """
 
 from __future__ import annotations
@@ -13,9 +21,12 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+
+from .storage.registry import SCHEMES
 
 ENV_PREFIX = "OPENWOP_MEMORY_"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -52,13 +63,44 @@ def _octal_mode(value: Any) -> Any:
 Seconds = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 
 
+class SqliteSettings(BaseModel):
+    """The ``[sqlite]`` group: tuning of the SQLite backend (ignored by other backends)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
+        default="NORMAL",
+        description="SQLite durability: NORMAL survives a crash of the process, FULL or EXTRA "
+        "also a power loss, at the cost of an fsync per commit",
+    )
+    busy_timeout: Seconds = Field(
+        default=5.0, description="how long a write waits for another process writing the same file"
+    )
+    read_connections: int = Field(
+        default=2, ge=1, le=64, description="read-only SQLite connections"
+    )
+    inline_point_reads: bool = Field(
+        default=True,
+        description="serve lookups by id on the event loop from a connection that never waits "
+        "for a lock; false keeps every read off the loop",
+    )
+    scope_cache_size: int = Field(
+        default=4096,
+        ge=1,
+        description="scope ids kept in memory (about 200 bytes each); a miss costs one "
+        "indexed lookup when writing",
+    )
+
+
 class Settings(BaseModel):
     """All settings of ``openwop-memory serve``, with their defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     socket: str = Field("var/openwop-memory.sock", min_length=1)
-    database: str = Field("sqlite:///var/openwop-memory.db", pattern=r"^(sqlite|postgresql)://")
+    database: str = Field(
+        "sqlite:///var/openwop-memory.db", pattern=rf"^({'|'.join(map(re.escape, SCHEMES))})://"
+    )
     redaction: Literal["rewrite", "reject", "reject-disguised"] = Field(
         "rewrite",
         description="when an entry holds a secret: rewrite it as [REDACTED:<id>], reject the "
@@ -84,71 +126,113 @@ class Settings(BaseModel):
     sweep_interval: Seconds = 60.0
     sweep_batch: int = Field(500, ge=1, le=100_000)
     replay_retention: Seconds = 7 * 86400.0
-    synchronous: Literal["NORMAL", "FULL", "EXTRA"] = "NORMAL"
-    busy_timeout: Seconds = 5.0
-    read_connections: int = Field(2, ge=1, le=64)
-    inline_point_reads: bool = True
-    max_open_runs: int = Field(10_000, ge=1)
-    scope_cache_size: int = Field(
-        4096,
-        ge=1,
-        description="scope ids kept in memory (about 200 bytes each); a miss costs one "
-        "indexed lookup when writing",
+    sqlite: SqliteSettings = Field(
+        SqliteSettings(), description="SQLite backend settings ([sqlite] in TOML)"
     )
+    max_open_runs: int = Field(10_000, ge=1)
     max_inflight: int = Field(4096, ge=1)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    def sqlite_path(self) -> str:
-        """The file path of a ``sqlite:///path`` URL (``sqlite:////abs`` for absolute)."""
-        return self.database.removeprefix("sqlite://").removeprefix("/")
+
+# Groups of backend settings: the Settings field and its model.
+GROUPS: dict[str, type[BaseModel]] = {"sqlite": SqliteSettings}
+
+# Old top-level spellings → the grouped setting they stand for.
+DEPRECATED: dict[str, str] = {
+    name: f"sqlite.{name}"
+    for name in (
+        "synchronous",
+        "busy_timeout",
+        "read_connections",
+        "inline_point_reads",
+        "scope_cache_size",
+    )
+}
+
+
+class DeprecatedSpelling(NamedTuple):
+    """A setting given under its old name; ``str()`` is the start-up warning."""
+
+    old: str
+    new: str
+    source: str
+
+    def __str__(self) -> str:
+        return (
+            f"setting {self.old} (from {self.source}) is deprecated; use {self.new} "
+            f"({spellings(self.new)})"
+        )
+
+
+def setting_fields() -> dict[str, FieldInfo]:
+    """Every setting by its name (``sqlite.busy_timeout`` for a group's), groups expanded."""
+    fields: dict[str, FieldInfo] = {}
+    for name, info in Settings.model_fields.items():
+        group = GROUPS.get(name)
+        if group is None:
+            fields[name] = info
+        else:
+            fields.update({f"{name}.{sub}": f for sub, f in group.model_fields.items()})
+    return fields
 
 
 def setting_names() -> list[str]:
-    return list(Settings.model_fields)
+    return list(setting_fields())
+
+
+def flag_of(name: str) -> str:
+    """``--sqlite-busy-timeout`` for ``sqlite.busy_timeout``."""
+    return "--" + name.replace(".", "-").replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    """``OPENWOP_MEMORY_SQLITE_BUSY_TIMEOUT`` for ``sqlite.busy_timeout``."""
+    return ENV_PREFIX + name.replace(".", "_").upper()
+
+
+def spellings(name: str) -> str:
+    group, _, key = name.rpartition(".")
+    toml = f"{key} in [{group}]" if group else name
+    return f"{flag_of(name)}, {env_of(name)}, {toml} in TOML"
 
 
 def load_settings(
     flags: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
     config_file: str | None = None,
+    deprecations: list[DeprecatedSpelling] | None = None,
 ) -> Settings:
     """Merge the sources and validate.
 
-    :param flags: values given on the command line (``None`` values are ignored).
-    :raises ConfigError: a value is invalid, a TOML key is unknown, or the file is unreadable.
+    :param flags: values given on the command line by setting name (``sqlite.busy_timeout``
+        for a group's; ``None`` values are ignored).
+    :param deprecations: receives the settings given under a deprecated name, to warn about.
+    :raises ConfigError: a value is invalid, a TOML key is unknown, the file is unreadable, or
+        a setting is given under both its deprecated and its new name.
     """
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    given = _Given()
     config_file = config_file or environ.get(ENV_PREFIX + "CONFIG")
     if config_file:
-        try:
-            with open(config_file, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
-        for key, value in data.items():
-            if key not in Settings.model_fields:
-                raise ConfigError(f"unknown setting {key!r} in config file {config_file}")
-            values[key], sources[key] = value, f"config file {config_file}"
-    for name in Settings.model_fields:
-        env = ENV_PREFIX + name.upper()
-        if env in environ:
-            values[name], sources[name] = environ[env], f"environment {env}"
+        source = f"config file {config_file}"
+        for name, value in _read_toml(config_file).items():
+            given.add(name, value, source)
+    for name in [*setting_fields(), *DEPRECATED]:
+        if env_of(name) in environ:
+            given.add(name, environ[env_of(name)], f"environment {env_of(name)}")
     for name, value in flags.items():
         if value is not None:
-            values[name], sources[name] = value, f"flag --{name.replace('_', '-')}"
+            given.add(name, value, f"flag {flag_of(name)}")
+    sources = given.sources
     try:
-        settings = Settings.model_validate(values)
+        settings = Settings.model_validate(given.nested())
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
-        name = str(first["loc"][0]) if first["loc"] else "settings"
-        raise ConfigError(
-            f"invalid setting {name} (from {sources.get(name, 'defaults')}): {first['msg']}"
-        ) from None
+        loc = [str(part) for part in first["loc"][:2]]
+        name = ".".join(loc) if loc else "settings"
+        source = sources.get(name) or sources.get(loc[0] if loc else "", "defaults")
+        raise ConfigError(f"invalid setting {name} (from {source}): {first['msg']}") from None
     if settings.replay_retention <= 2 * settings.sweep_interval:
         raise ConfigError(
             f"invalid setting replay_retention (from {sources.get('replay_retention', 'defaults')})"
@@ -156,4 +240,74 @@ def load_settings(
             f"{sources.get('sweep_interval', 'defaults')}), so open runs are kept alive before "
             "their snapshots could expire"
         )
+    if deprecations is not None:
+        deprecations.extend(given.deprecated)
     return settings
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    """The file's settings by name (a group's table flattened to ``group.key``).
+
+    :raises ConfigError: unreadable, not TOML, an unknown key, or a group that is no table.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    known = setting_fields()
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in GROUPS:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"invalid setting {key} (from config file {path}): expected a table [{key}]"
+                )
+            flat.update({f"{key}.{sub}": v for sub, v in value.items()})
+        else:
+            flat[key] = value
+    for name in flat:
+        if name not in known and name not in DEPRECATED:
+            raise ConfigError(f"unknown setting {name!r} in config file {path}")
+    return flat
+
+
+class _Given:
+    """Values given so far, later sources overriding earlier ones, old spellings mapped."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}
+        self.deprecated: list[DeprecatedSpelling] = []
+        self._new_spelling: dict[str, str] = {}  # setting → where its new name was given
+
+    def add(self, name: str, value: Any, source: str) -> None:
+        """:raises ConfigError: a setting given under both its old and its new name."""
+        new = DEPRECATED.get(name)
+        if new is None:
+            self._new_spelling.setdefault(name, source)
+            other = next((d for d in self.deprecated if d.new == name), None)
+        else:
+            self.deprecated.append(DeprecatedSpelling(name, new, source))
+            other = self.deprecated[-1] if new in self._new_spelling else None
+            name = new
+        if other is not None:
+            raise ConfigError(
+                f"setting {other.new} is given twice: as {other.new} (from "
+                f"{self._new_spelling[other.new]}) and under its deprecated name {other.old} "
+                f"(from {other.source}); keep only {other.new}"
+            )
+        self.values[name], self.sources[name] = value, source
+
+    def nested(self) -> dict[str, Any]:
+        """The values as :class:`Settings` takes them (a group's as a mapping)."""
+        nested: dict[str, Any] = {}
+        for name, value in self.values.items():
+            group, _, key = name.partition(".")
+            if key:
+                nested.setdefault(group, {})[key] = value
+            else:
+                nested[name] = value
+        return nested

@@ -31,7 +31,7 @@ from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
 from .service.sweeper import Sweeper
 from .storage.base import Storage, StorageStartupError
-from .storage.sqlite import SqliteStorage
+from .storage.registry import create_storage
 from .wire.dispatch import Dispatcher
 from .wire.framing import Connection
 
@@ -47,16 +47,10 @@ def make_storage(settings: Settings) -> Storage:
 
     :raises StartupError: the URL names a backend this build does not have.
     """
-    if settings.database.startswith("sqlite://"):
-        return SqliteStorage(
-            settings.sqlite_path(),
-            synchronous=settings.synchronous,
-            busy_timeout_ms=int(settings.busy_timeout * 1000),
-            read_connections=settings.read_connections,
-            inline_point_reads=settings.inline_point_reads,
-            scope_cache_size=settings.scope_cache_size,
-        )
-    raise StartupError("this build supports only sqlite:/// databases")
+    try:
+        return create_storage(settings)
+    except StorageStartupError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def check_socket_path(path: str) -> None:

@@ -1,0 +1,24 @@
+"""Makes the SQLite backend from a ``sqlite://`` URL and the ``[sqlite]`` settings."""
+
+from __future__ import annotations
+
+from ..config import Settings
+from .sqlite import SqliteStorage
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///path`` URL (``sqlite:////abs`` for absolute)."""
+    return url.removeprefix("sqlite://").removeprefix("/")
+
+
+def create(url: str, settings: Settings) -> SqliteStorage:
+    """A :class:`SqliteStorage` for ``url``, tuned by ``settings.sqlite``."""
+    group = settings.sqlite
+    return SqliteStorage(
+        sqlite_path(url),
+        synchronous=group.synchronous,
+        busy_timeout_ms=int(group.busy_timeout * 1000),
+        read_connections=group.read_connections,
+        inline_point_reads=group.inline_point_reads,
+        scope_cache_size=group.scope_cache_size,
+    )

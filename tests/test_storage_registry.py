@@ -1,0 +1,72 @@
+"""Backends are chosen by URL scheme and imported only when their scheme is used."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openwop_memory.config import Settings
+from openwop_memory.storage.base import StorageStartupError
+from openwop_memory.storage.registry import SCHEMES, create_storage, factory_for, scheme_of
+from openwop_memory.storage.sqlite import SqliteStorage
+
+
+def test_sqlite_url_makes_a_sqlite_store_with_the_group_settings(tmp_path: Path) -> None:
+    settings = Settings.model_validate(
+        {
+            "database": f"sqlite:///{tmp_path}/memory.db",
+            "sqlite": {"synchronous": "FULL", "busy_timeout": "250ms", "read_connections": 3},
+        }
+    )
+    store = create_storage(settings)
+    assert isinstance(store, SqliteStorage)
+    assert store.path == f"{tmp_path}/memory.db"
+    assert store.synchronous == "FULL"
+    assert store.busy_timeout_ms == 250
+    assert store.read_connections == 3
+
+
+def test_a_known_scheme_without_a_backend_in_this_build_is_a_clear_startup_error() -> None:
+    assert "postgresql" in SCHEMES
+    with pytest.raises(StorageStartupError, match="no postgresql backend"):
+        factory_for("postgresql://memory@localhost/memory")
+
+
+@pytest.mark.parametrize("url", ["mysql://x/y", "sqlite:/no-slashes", "", "memory.db"])
+def test_an_unknown_scheme_is_a_clear_startup_error(url: str) -> None:
+    with pytest.raises(StorageStartupError, match="unknown database URL scheme"):
+        factory_for(url)
+
+
+def test_scheme_of() -> None:
+    assert scheme_of("sqlite:////abs/x.db") == "sqlite"
+    assert scheme_of("postgresql://u@h/d") == "postgresql"
+    assert scheme_of("x.db") == ""
+
+
+def test_backends_are_imported_lazily() -> None:
+    """Loading the settings and the server imports no backend module and no database
+    driver; making the SQLite store imports SQLite's module only."""
+    probe = (
+        "import sys\n"
+        "import openwop_memory.server\n"
+        "from openwop_memory.config import Settings\n"
+        "from openwop_memory.storage.registry import create_storage\n"
+        "before = set(sys.modules)\n"
+        "create_storage(Settings())\n"
+        "after = set(sys.modules)\n"
+        "print(sorted(m for m in before if m.startswith('openwop_memory.storage')))\n"
+        "print(sorted(m for m in after - before if m.startswith('openwop_memory.storage')))\n"
+        "print(sorted(m for m in after if m.split('.')[0] in"
+        " ('asyncpg', 'psycopg', 'psycopg2', 'psycopg_pool')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    before, added, drivers = map(ast.literal_eval, result.stdout.splitlines())
+    assert not [m for m in before if "sqlite" in m], before
+    assert {"openwop_memory.storage.sqlite", "openwop_memory.storage.sqlite_factory"} <= set(added)
+    assert drivers == []
