@@ -1,4 +1,7 @@
-"""Shared fixtures, each on a real sidecar process with a real socket and SQLite file.
+"""Shared fixtures, each on a real sidecar process with a real socket and database.
+
+Every sidecar uses the backend chosen by ``--backend`` (default ``sqlite``), so one suite
+runs against each backend: ``pytest --backend NAME``.
 
 ``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``/``client``: one sidecar per
 test module (tests keep apart by their own names, see :mod:`support.names`; modules that
@@ -12,7 +15,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import backends
 from support.sidecar import RawClient, Sidecar, module_sidecar
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        default=os.environ.get("OPENWOP_TEST_BACKEND", "sqlite"),
+        choices=sorted(backends.BACKENDS),
+        help="storage backend of every sidecar the tests start (env OPENWOP_TEST_BACKEND)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    backends.select(config.getoption("--backend"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"storage backend of the end-to-end tests: {backends.selected().name}"
 
 
 @pytest.fixture

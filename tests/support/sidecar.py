@@ -1,4 +1,8 @@
-"""A real sidecar process on a real Unix socket and SQLite file, for tests and benchmarks."""
+"""A real sidecar process on a real Unix socket and database, for tests and benchmarks.
+
+The database is the selected backend's (:func:`support.backends.selected`, SQLite unless
+``pytest --backend`` says otherwise); tests name it by a path in their work directory.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
+
+from support.backends import Backend, selected
 
 if TYPE_CHECKING:
     import pytest
@@ -113,8 +119,10 @@ class Sidecar:
         database: Path | None = None,
         socket_path: Path | None = None,
         env: dict[str, str] | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.workdir = workdir
+        self.backend = backend or selected()
         self.socket = socket_path or workdir / "memory.sock"
         self.database = database or workdir / "memory.db"
         self.log_path = workdir / f"sidecar-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -130,7 +138,7 @@ class Sidecar:
             "--socket",
             str(self.socket),
             "--database",
-            f"sqlite:///{self.database}",
+            self.backend.url_for(self.database),
             *self.args,
         ]
 

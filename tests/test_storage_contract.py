@@ -1,0 +1,484 @@
+"""The storage contract (``storage/base.py``), checked against every backend directly.
+
+Every test runs once per backend in :data:`support.backends.BACKENDS`, on a real database
+(SQLite: a file in ``tmp_path``), through the :class:`~openwop_memory.storage.base.Storage`
+API only, so a second backend passes exactly when it keeps the same promises. Times are
+passed explicitly (µs); only createdAt comes from the store's clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from openwop_memory.domain import SweepHorizons
+from openwop_memory.storage.base import (
+    BeginOutcome,
+    EntryRow,
+    PutOutcome,
+    PutRequest,
+    RunRecord,
+    Scope,
+    Snapshot,
+    Storage,
+    StorageHealth,
+)
+from openwop_memory.timefmt import now_us
+from openwop_memory_client import UpstreamUnavailableError
+from support.backends import BACKENDS, Backend
+
+pytestmark = pytest.mark.anyio
+
+SECOND = 1_000_000
+DAY = 86_400 * SECOND
+RETENTION = 7 * DAY
+A = Scope("tenant-a", "scope-1")
+A2 = Scope("tenant-a", "scope-2")
+B = Scope("tenant-b", "scope-1")  # the same key under another tenant
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return BACKENDS[request.param]
+
+
+@pytest.fixture
+async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Storage]:
+    storage = backend.storage(tmp_path / "contract.db")
+    await storage.open()
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+def request(
+    scope: Scope,
+    content: str,
+    *,
+    tags: tuple[str, ...] = (),
+    expires_us: int | None = None,
+    key: str | None = None,
+) -> PutRequest:
+    digest = hashlib.sha256(repr((content, tags, expires_us)).encode()).digest()
+    return PutRequest(scope, content, tags, expires_us, key, digest)
+
+
+async def stored(store: Storage, req: PutRequest, now: int | None = None) -> EntryRow:
+    result = await store.put(request=req, now_us=now_us() if now is None else now)
+    assert result.outcome is PutOutcome.STORED and result.entry is not None, result
+    return result.entry
+
+
+async def begun(store: Storage, run_id: str, tenant: str = "tenant-a", **kw: int) -> RunRecord:
+    now = kw.get("now", now_us())
+    result = await store.begin_run(
+        run_id=run_id,
+        tenant=tenant,
+        replay=False,
+        now_us=now,
+        retention_cutoff_us=now - RETENTION,
+    )
+    assert result.outcome in (BeginOutcome.CREATED, BeginOutcome.RESUMED), result
+    assert result.run is not None
+    return result.run
+
+
+async def ids(
+    store: Storage,
+    scope: Scope,
+    snapshot: Snapshot,
+    *,
+    now: int | None = None,
+    limit: int = 100,
+    tag: str | None = None,
+) -> list[str]:
+    rows = await store.list(
+        scope=scope,
+        snapshot=snapshot,
+        now_us=now_us() if now is None else now,
+        limit=limit,
+        tag=tag,
+    )
+    return [r.id for r in rows]
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+
+
+async def test_ref_key_is_made_once_per_database(backend: Backend, tmp_path: Path) -> None:
+    first = backend.storage(tmp_path / "keys.db")
+    await first.open()
+    key = await first.ref_key()
+    await first.close()
+    await first.close()  # idempotent
+    again = backend.storage(tmp_path / "keys.db")
+    await again.open()
+    try:
+        assert await again.ref_key() == key
+        assert len(key) == 32
+    finally:
+        await again.close()
+    other = backend.storage(tmp_path / "other.db")
+    await other.open()
+    try:
+        assert await other.ref_key() != key
+    finally:
+        await other.close()
+
+
+async def test_a_closed_store_fails_only_with_upstream_unavailable(
+    backend: Backend, tmp_path: Path
+) -> None:
+    store = backend.storage(tmp_path / "closed.db")
+    await store.open()
+    await store.close()
+    snapshot = Snapshot(0)
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: store.ref_key(),
+        lambda: store.begin_run(
+            run_id="r", tenant="t", replay=False, now_us=1, retention_cutoff_us=0
+        ),
+        lambda: store.find_run(run_id="r", retention_cutoff_us=0),
+        lambda: store.touch_runs(run_ids=["r"], now_us=1),
+        lambda: store.put(request=request(A, "x"), now_us=1),
+        lambda: store.delete(scope=A, entry_id="mem_x", now_us=1),
+        lambda: store.list(scope=A, snapshot=snapshot, now_us=1, limit=1, tag=None),
+        lambda: store.get(scope=A, snapshot=snapshot, now_us=1, entry_id="mem_x"),
+        lambda: store.health(),
+    ]
+    for call in calls:
+        with pytest.raises(UpstreamUnavailableError):
+            await call()
+    # A sweep of a closed store reports its failed steps instead of raising.
+    counts = await store.sweep(horizons=SweepHorizons(1, 0, 0, 0), batch_size=1)
+    assert len(counts.errors) == 5
+
+
+async def test_health_is_a_content_free_record(store: Storage, backend: Backend) -> None:
+    await stored(store, request(A, "private content", tags=("private-tag",)))
+    health = await store.health()
+    assert isinstance(health, StorageHealth)
+    assert health.backend == backend.name
+    assert health.schema_version >= 1
+    assert health.problems == ()  # nothing wrong: status ok
+    wire = health.to_wire()
+    assert wire["backend"] == backend.name and wire["schemaVersion"] == health.schema_version
+    assert wire["problems"] == []
+    assert "private" not in repr(wire)
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+async def test_begin_creates_then_resumes_the_same_snapshot(store: Storage) -> None:
+    now = now_us()
+    first = await store.begin_run(
+        run_id="run-1", tenant="tenant-a", replay=False, now_us=now, retention_cutoff_us=0
+    )
+    assert first.outcome is BeginOutcome.CREATED and first.run is not None
+    assert (first.run.run_id, first.run.tenant) == ("run-1", "tenant-a")
+    await stored(store, request(A, "after the snapshot"))
+    for replay in (False, True):
+        again = await store.begin_run(
+            run_id="run-1", tenant="tenant-a", replay=replay, now_us=now + 1, retention_cutoff_us=0
+        )
+        assert again.outcome is BeginOutcome.RESUMED
+        assert again.run == first.run  # the snapshot value is handed back unchanged
+
+
+async def test_begin_under_another_tenant_writes_nothing(store: Storage) -> None:
+    run = await begun(store, "run-owned")
+    for replay in (False, True):
+        result = await store.begin_run(
+            run_id="run-owned",
+            tenant="tenant-b",
+            replay=replay,
+            now_us=now_us(),
+            retention_cutoff_us=0,
+        )
+        assert result.outcome is BeginOutcome.OTHER_TENANT and result.run is None
+    assert await store.find_run(run_id="run-owned", retention_cutoff_us=0) == run
+
+
+async def test_replay_of_a_run_never_begun_is_unknown_and_writes_nothing(store: Storage) -> None:
+    for _ in range(2):
+        result = await store.begin_run(
+            run_id="ghost", tenant="tenant-a", replay=True, now_us=now_us(), retention_cutoff_us=0
+        )
+        assert result.outcome is BeginOutcome.UNKNOWN_RUN and result.run is None
+    assert await store.find_run(run_id="ghost", retention_cutoff_us=0) is None
+
+
+async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_snapshot(
+    store: Storage,
+) -> None:
+    t0 = now_us()
+    old = await begun(store, "run-old", now=t0)
+    entry = await stored(store, request(A, "between the snapshots"))
+    later = t0 + RETENTION + DAY
+    # The cutoff is the service's: a run touched at or before it is past retention.
+    for cutoff in (t0, t0 + 1):
+        result = await store.begin_run(
+            run_id="run-old",
+            tenant="tenant-a",
+            replay=True,
+            now_us=later,
+            retention_cutoff_us=cutoff,
+        )
+        assert result.outcome is BeginOutcome.RETENTION_EXPIRED and result.run is None
+    assert await store.find_run(run_id="run-old", retention_cutoff_us=t0) is None
+    fresh = await store.begin_run(
+        run_id="run-old", tenant="tenant-a", replay=False, now_us=later, retention_cutoff_us=t0
+    )
+    assert fresh.outcome is BeginOutcome.CREATED and fresh.run is not None
+    assert fresh.run.snapshot != old.snapshot
+    assert await ids(store, A, old.snapshot) == []
+    assert await ids(store, A, fresh.run.snapshot) == [entry.id]
+    # The new snapshot was touched at `later`: retained against a cutoff just before it.
+    assert await store.find_run(run_id="run-old", retention_cutoff_us=later - 1) == fresh.run
+
+
+async def test_find_run_honours_the_cutoff(store: Storage) -> None:
+    t0 = now_us()
+    run = await begun(store, "run-find", now=t0)
+    assert await store.find_run(run_id="run-find", retention_cutoff_us=t0 - 1) == run
+    assert await store.find_run(run_id="run-find", retention_cutoff_us=t0) is None
+    assert await store.find_run(run_id="nobody", retention_cutoff_us=0) is None
+
+
+async def test_touch_runs_keeps_snapshots_retained(store: Storage) -> None:
+    t0 = now_us()
+    run = await begun(store, "run-touched", now=t0)
+    await begun(store, "run-left", now=t0)
+    await store.touch_runs(run_ids=[], now_us=t0 + DAY)  # nothing to do is fine
+    await store.touch_runs(run_ids=["run-touched", "never-begun"], now_us=t0 + DAY)
+    assert await store.find_run(run_id="run-touched", retention_cutoff_us=t0) == run
+    assert await store.find_run(run_id="run-left", retention_cutoff_us=t0) is None
+    assert await store.find_run(run_id="never-begun", retention_cutoff_us=0) is None
+
+
+async def test_snapshot_time_separates_the_entries_it_holds_from_later_ones(
+    store: Storage,
+) -> None:
+    before = await stored(store, request(A, "before"))
+    run = await begun(store, "run-time")
+    after = await stored(store, request(A, "after"))
+    assert before.created_us <= run.snapshot_us <= after.created_us
+
+
+# -- writes and reads -------------------------------------------------------------------------
+
+
+async def test_put_stores_and_get_reads_back(store: Storage) -> None:
+    expires = now_us() + DAY
+    entry = await stored(store, request(A, "hello", tags=("x", "y"), expires_us=expires))
+    assert re.fullmatch(r"mem_[0-9a-f]{33}", entry.id)
+    assert int(entry.id[4:17], 16) == entry.created_us
+    assert (entry.content, entry.tags, entry.expires_us) == ("hello", ("x", "y"), expires)
+    run = await begun(store, "run-read")
+    got = await store.get(scope=A, snapshot=run.snapshot, now_us=now_us(), entry_id=entry.id)
+    assert got == entry
+    for scope in (A2, B):  # another scope of the tenant, the same key under another tenant
+        assert (
+            await store.get(scope=scope, snapshot=run.snapshot, now_us=now_us(), entry_id=entry.id)
+            is None
+        )
+    assert (
+        await store.get(scope=A, snapshot=run.snapshot, now_us=now_us(), entry_id="mem_unknown")
+        is None
+    )
+
+
+async def test_created_at_never_goes_backwards_in_commit_order(store: Storage) -> None:
+    entries = [await stored(store, request(A, f"n{i}")) for i in range(20)]
+    async with anyio.create_task_group() as tg:  # and in one group commit
+        for i in range(20):
+            tg.start_soon(stored, store, request(A, f"c{i}"))
+    run = await begun(store, "run-order")
+    rows = await store.list(scope=A, snapshot=run.snapshot, now_us=now_us(), limit=100, tag=None)
+    assert len(rows) == 40 and len({r.id for r in rows}) == 40
+    created = [r.created_us for r in reversed(rows)]  # list is newest first
+    assert created == sorted(created)
+    assert [r.id for r in rows[-20:]] == [e.id for e in reversed(entries)]
+
+
+async def test_list_is_newest_first_limited_filtered_and_scoped(store: Storage) -> None:
+    tagged = [await stored(store, request(A, f"t{i}", tags=("keep",))) for i in range(3)]
+    plain = await stored(store, request(A, "plain", tags=("other",)))
+    await stored(store, request(A2, "elsewhere", tags=("keep",)))
+    await stored(store, request(B, "other tenant", tags=("keep",)))
+    run = await begun(store, "run-list")
+    everything = [plain.id, *(e.id for e in reversed(tagged))]
+    assert await ids(store, A, run.snapshot) == everything
+    assert await ids(store, A, run.snapshot, limit=2) == everything[:2]
+    assert await ids(store, A, run.snapshot, tag="keep") == [e.id for e in reversed(tagged)]
+    assert await ids(store, A, run.snapshot, tag="keep", limit=1) == [tagged[-1].id]
+    assert await ids(store, A, run.snapshot, tag="absent") == []
+    assert len(await ids(store, B, run.snapshot)) == 1
+
+
+async def test_a_snapshot_sees_neither_later_writes_nor_later_deletes(store: Storage) -> None:
+    kept = await stored(store, request(A, "kept", tags=("t",)))
+    doomed = await stored(store, request(A, "doomed", tags=("t",)))
+    old = await begun(store, "run-old-view")
+    newer = await stored(store, request(A, "newer", tags=("t",)))
+    assert await store.delete(scope=A, entry_id=doomed.id, now_us=now_us()) is True
+    new = await begun(store, "run-new-view")
+    for tag in (None, "t"):
+        assert await ids(store, A, old.snapshot, tag=tag) == [doomed.id, kept.id]
+        assert await ids(store, A, new.snapshot, tag=tag) == [newer.id, kept.id]
+    assert (
+        await store.get(scope=A, snapshot=old.snapshot, now_us=now_us(), entry_id=newer.id) is None
+    )
+    assert (
+        await store.get(scope=A, snapshot=old.snapshot, now_us=now_us(), entry_id=doomed.id)
+        == doomed
+    )
+    assert (
+        await store.get(scope=A, snapshot=new.snapshot, now_us=now_us(), entry_id=doomed.id) is None
+    )
+
+
+async def test_expired_entries_are_invisible_at_the_time_of_the_read(store: Storage) -> None:
+    t0 = now_us()
+    entry = await stored(store, request(A, "short-lived", expires_us=t0 + DAY))
+    run = await begun(store, "run-expiry")
+    assert await ids(store, A, run.snapshot, now=t0 + DAY - 1) == [entry.id]
+    assert await ids(store, A, run.snapshot, now=t0 + DAY) == []
+    assert (
+        await store.get(scope=A, snapshot=run.snapshot, now_us=t0 + DAY, entry_id=entry.id) is None
+    )
+
+
+async def test_delete_tombstones_a_live_entry_of_its_scope_once(store: Storage) -> None:
+    t0 = now_us()
+    entry = await stored(store, request(A, "to delete"))
+    short = await stored(store, request(A, "expired", expires_us=t0 + SECOND))
+    for scope in (A2, B):
+        assert await store.delete(scope=scope, entry_id=entry.id, now_us=t0) is False
+    assert await store.delete(scope=A, entry_id="mem_unknown", now_us=t0) is False
+    assert await store.delete(scope=A, entry_id=short.id, now_us=t0 + SECOND) is False
+    assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
+    assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is False
+
+
+async def test_idempotency_keys_replay_or_conflict_per_scope(store: Storage) -> None:
+    first = await stored(store, request(A, "once", key="k1"))
+    again = await store.put(request=request(A, "once", key="k1"), now_us=now_us())
+    assert again.outcome is PutOutcome.REPLAYED and again.entry == first
+    clash = await store.put(request=request(A, "different", key="k1"), now_us=now_us())
+    assert clash.outcome is PutOutcome.KEY_CONFLICT and clash.entry is None
+    # The key is the scope's own: another scope's same key stores anew.
+    for scope in (A2, B):
+        assert (await stored(store, request(scope, "different", key="k1"))).id != first.id
+    run = await begun(store, "run-keys")
+    assert await ids(store, A, run.snapshot) == [first.id]  # the conflict wrote nothing
+
+
+async def test_one_key_in_one_group_commit_stores_once(store: Storage) -> None:
+    outcomes: list[PutOutcome] = []
+    entries: set[str] = set()
+
+    async def put_once() -> None:
+        result = await store.put(request=request(A, "raced", key="same"), now_us=now_us())
+        outcomes.append(result.outcome)
+        assert result.entry is not None
+        entries.add(result.entry.id)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(put_once)
+    assert sorted(o.value for o in outcomes) == ["replayed"] * 7 + ["stored"]
+    assert len(entries) == 1
+
+
+async def test_a_kept_key_pins_its_entry_through_delete_expiry_and_sweep(
+    store: Storage,
+) -> None:
+    t0 = now_us()
+    req = request(A, "pinned", expires_us=t0 + SECOND, key="pin")
+    entry = await stored(store, req, now=t0)
+    assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
+    horizons = SweepHorizons(
+        now_us=t0 + DAY, run_cutoff_us=0, marker_cutoff_us=0, key_cutoff_us=t0 - 1
+    )
+    counts = await store.sweep(horizons=horizons, batch_size=10)
+    assert counts.errors == [] and counts.purged_idempotency_keys == 0
+    replay = await store.put(request=req, now_us=t0 + DAY)
+    assert replay.outcome is PutOutcome.REPLAYED and replay.entry == entry
+    # Once the key goes, so may the entry, and the same put stores anew.
+    counts = await store.sweep(
+        horizons=SweepHorizons(t0 + DAY, 0, 0, key_cutoff_us=t0), batch_size=10
+    )
+    assert counts.purged_idempotency_keys == 1
+    assert counts.expired_entries + counts.purged_tombstones == 1
+    fresh = request(A, "pinned", expires_us=t0 + 2 * DAY, key="pin")
+    assert (await stored(store, fresh, now=t0 + DAY)).id != entry.id
+
+
+# -- sweep ------------------------------------------------------------------------------------
+
+
+async def test_sweep_removes_expired_entries_in_batches(store: Storage) -> None:
+    t0 = now_us()
+    for i in range(5):
+        await stored(store, request(A, f"e{i}", expires_us=t0 + SECOND))
+    live = await stored(store, request(A, "live"))
+    counts = await store.sweep(horizons=SweepHorizons(t0 + SECOND, 0, 0, 0), batch_size=2)
+    assert counts.expired_entries == 5 and counts.errors == []
+    run = await begun(store, "run-after-sweep")
+    assert await ids(store, A, run.snapshot, now=t0) == [live.id]  # gone, not only hidden
+    counts = await store.sweep(horizons=SweepHorizons(t0 + SECOND, 0, 0, 0), batch_size=2)
+    assert counts.expired_entries == 0
+
+
+async def test_sweep_expires_runs_then_purges_their_markers(store: Storage) -> None:
+    t0 = now_us()
+    await begun(store, "run-swept", now=t0)
+    kept = await begun(store, "run-kept", now=t0 + DAY)
+    counts = await store.sweep(horizons=SweepHorizons(t0 + DAY, t0, t0 - 1, 0), batch_size=1)
+    assert (counts.expired_runs, counts.purged_runs) == (1, 0)
+    assert await store.find_run(run_id="run-swept", retention_cutoff_us=0) is None
+    assert await store.find_run(run_id="run-kept", retention_cutoff_us=0) == kept
+    # The marker remembers the run: a replay is told its snapshot expired.
+    replay = await store.begin_run(
+        run_id="run-swept", tenant="tenant-a", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
+    )
+    assert replay.outcome is BeginOutcome.RETENTION_EXPIRED
+    # A marker is also the tenant's claim on the run id.
+    other = await store.begin_run(
+        run_id="run-swept", tenant="tenant-b", replay=False, now_us=t0 + DAY, retention_cutoff_us=0
+    )
+    assert other.outcome is BeginOutcome.OTHER_TENANT
+    counts = await store.sweep(horizons=SweepHorizons(t0 + DAY, t0, t0, 0), batch_size=1)
+    assert (counts.expired_runs, counts.purged_runs) == (0, 1)
+    replay = await store.begin_run(
+        run_id="run-swept", tenant="tenant-a", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
+    )
+    assert replay.outcome is BeginOutcome.UNKNOWN_RUN
+    assert await store.find_run(run_id="run-kept", retention_cutoff_us=0) == kept
+
+
+async def test_sweep_purges_a_tombstone_only_once_no_retained_snapshot_sees_it(
+    store: Storage,
+) -> None:
+    t0 = now_us()
+    entry = await stored(store, request(A, "deleted later"))
+    old = await begun(store, "run-holding", now=t0)
+    assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
+    none_expire = SweepHorizons(t0, run_cutoff_us=0, marker_cutoff_us=0, key_cutoff_us=0)
+    counts = await store.sweep(horizons=none_expire, batch_size=10)
+    assert counts.purged_tombstones == 0
+    assert await ids(store, A, old.snapshot) == [entry.id]  # still visible to that run
+    # Once the run holding the older snapshot is past retention, the tombstone can go.
+    counts = await store.sweep(
+        horizons=SweepHorizons(t0 + DAY, run_cutoff_us=t0, marker_cutoff_us=0, key_cutoff_us=0),
+        batch_size=10,
+    )
+    assert counts.expired_runs == 1 and counts.purged_tombstones == 1
+    assert await ids(store, A, old.snapshot) == []
