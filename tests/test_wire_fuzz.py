@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openwop_memory.service.memory import MemoryService, ServiceConfig
 from openwop_memory.service.refs import RefCodec
-from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.wire.dispatch import Dispatcher
+from support.backends import selected
 from support.schemas import check_entry, check_envelope
 
 pytestmark = pytest.mark.anyio
@@ -74,7 +74,7 @@ requests = st.fixed_dictionaries(
 
 @pytest.fixture
 async def dispatcher(tmp_path: Path) -> AsyncIterator[Dispatcher]:
-    storage = SqliteStorage(str(tmp_path / "fuzz.db"))
+    storage = selected().storage(tmp_path / "fuzz.db")
     await storage.open()
     try:
         service = MemoryService(storage, RefCodec(await storage.ref_key()), ServiceConfig())
