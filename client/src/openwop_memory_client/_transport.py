@@ -19,6 +19,9 @@ from ._errors import RequestTimeoutError
 __all__ = ["Connection", "ConnectionLost"]
 
 _READ_SIZE = 65536
+# How long a request whose write failed waits for the reader to deliver what the sidecar
+# wrote before it closed; the reader needs one pass over data already received.
+_BROKEN_STREAM_GRACE = 1.0
 _STREAM_ERRORS = (
     anyio.EndOfStream,
     anyio.BrokenResourceError,
@@ -61,6 +64,7 @@ class Connection:
         self._answer_timeout = answer_timeout
         self._send_lock = anyio.Lock()
         self._pending: dict[int, _Waiter] = {}
+        self._refusal: dict[str, Any] | None = None  # the sidecar refused this connection
         self.closed = False
 
     async def request(self, request_id: int, line: bytes) -> dict[str, Any]:
@@ -71,14 +75,21 @@ class Connection:
             connection stays usable; a late answer is discarded).
         """
         if self.closed:
+            if self._refusal is not None:
+                return self._refusal
             raise ConnectionLost(sent=False)
         waiter = _Waiter(len(line))
         self._pending[request_id] = waiter
         sent = False
         try:
             with anyio.move_on_after(self._answer_timeout) as scope:
-                await self._send(line)
-                sent = True
+                sent = await self._send(line)
+                if not sent:
+                    # The sidecar may have written why before it closed (a refusal at its
+                    # connection limit): the reader delivers it as it winds up.
+                    with anyio.move_on_after(_BROKEN_STREAM_GRACE):
+                        await waiter.event.wait()
+                    await self.aclose()
                 await waiter.event.wait()
             if waiter.response is not None:
                 return waiter.response  # even if the deadline passed as it arrived
@@ -88,20 +99,24 @@ class Connection:
         finally:
             del self._pending[request_id]
 
-    async def _send(self, line: bytes) -> None:
+    async def _send(self, line: bytes) -> bool:
+        """Write ``line``: True once written, False if the stream broke (nothing was sent).
+
+        :raises ConnectionLost: the connection was already closed.
+        """
         async with self._send_lock:
             if self.closed:
                 raise ConnectionLost(sent=False)
             try:
                 await self._stream.send(line)
             except _STREAM_ERRORS:
-                await self.aclose()
-                raise ConnectionLost(sent=False) from None
+                return False
             except BaseException:
                 # Cancelled inside send: part of the line may be on the wire, and a request
                 # written after it would be garbled. Start over on a fresh stream.
                 await self.aclose()
                 raise
+        return True
 
     async def read_forever(self) -> None:
         """Deliver answers to their waiters until the stream ends; then fail the rest."""
@@ -144,13 +159,24 @@ class Connection:
         return True
 
     def _deliver_unaddressed(self, response: dict[str, Any]) -> None:
-        """Route an ``id: null`` answer to an over-long line to the request it refused.
+        """Route an ``id: null`` answer to the requests it concerns.
 
-        The sidecar cannot read the id of a line it refused for size; its answer names the
-        cap, and the earliest waiting request longer than the cap is the one refused.
+        ``rate_limited`` is the sidecar refusing the whole connection (it is at its
+        connection limit and closes it without reading a request): every waiting request
+        gets it, so callers see the typed error and its ``retryAfterMs`` rather than a lost
+        connection. An answer to an over-long line goes to the request it refused: the
+        sidecar cannot read the id of such a line, its answer names the cap, and the
+        earliest waiting request longer than the cap is the one refused.
         """
         error = response.get("error")
         data = error.get("data") if isinstance(error, dict) else None
+        if isinstance(data, dict) and data.get("error") == "rate_limited":
+            self._refusal = response
+            for waiter in self._pending.values():
+                if not waiter.event.is_set():
+                    waiter.response = response
+                    waiter.event.set()
+            return
         details = data.get("details") if isinstance(data, dict) else None
         cap = details.get("maxRequestBytes") if isinstance(details, dict) else None
         if not isinstance(cap, int):

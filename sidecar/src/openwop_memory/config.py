@@ -131,6 +131,29 @@ class Settings(BaseModel):
     )
     max_open_runs: int = Field(10_000, ge=1)
     max_inflight: int = Field(4096, ge=1)
+    max_connections: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="open connections; one more is answered rate_limited and closed",
+    )
+    idle_timeout: Seconds = Field(
+        300.0,
+        description="close a connection with no request in progress and no bytes received "
+        "for this long",
+    )
+    partial_line_timeout: Seconds = Field(
+        30.0,
+        description="close a connection whose unfinished request line has been waiting for "
+        "its newline this long (nothing is answered)",
+    )
+    max_unsent_answer_bytes: int = Field(
+        4 << 20,
+        ge=4096,
+        le=1 << 30,
+        description="answers a connection has not read yet, in bytes, before the sidecar "
+        "stops reading its requests (resumed when half of it is read)",
+    )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

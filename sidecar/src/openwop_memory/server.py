@@ -5,6 +5,10 @@ file. The first SIGTERM or SIGINT stops accepting, lets requests already read fi
 within ``drain_timeout``, flushes and checkpoints the database, removes the socket and
 returns normally (exit 0); a second signal exits at once. SIGHUP re-reads ``secrets_dir``
 (the host keyring) and never stops the server.
+
+The accept loop survives running out of file descriptors (it backs off and tries again;
+open connections go on being served) and answers a connection beyond ``max_connections``
+with one ``rate_limited`` line before closing it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import errno
 import math
 import os
+import resource
 import signal
 import socket
 import stat
@@ -33,9 +38,20 @@ from .service.sweeper import Sweeper
 from .storage.base import Storage, StorageStartupError
 from .storage.registry import create_storage
 from .wire.dispatch import Dispatcher
-from .wire.framing import Connection
+from .wire.fairness import FairGate
+from .wire.framing import Connection, ConnectionLimits
 
 log = structlog.get_logger("openwop_memory.server")
+
+# accept() fails with these while the process or the system is out of descriptors (or of
+# the memory for a socket); the connection waits in the backlog until one is freed.
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_BACKOFF_FIRST = 0.01
+_ACCEPT_BACKOFF_MAX = 1.0
+# Descriptors the process needs besides its connections: the listener, the database and
+# its companions on every SQLite connection, the event loop, logs, the keyring directory.
+_RESERVED_DESCRIPTORS = 64
+REFUSAL_RETRY_AFTER_MS = 250
 
 
 class StartupError(Exception):
@@ -99,6 +115,27 @@ def _sd_notify(message: str) -> None:
         s.sendto(message.encode(), address)
 
 
+def _raise_descriptor_limit(wanted: int) -> None:
+    """Raise the soft RLIMIT_NOFILE towards ``wanted`` (never above the hard limit, never
+    lowering it), so that ``max_connections`` is not cut short by a small default; warn
+    when the hard limit is too low for it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if target > soft:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "descriptor_limit_below_max_connections",
+            limit=soft,
+            wanted=wanted,
+            hint="raise LimitNOFILE (or ulimit -n) or lower max_connections; past the limit "
+            "new connections wait until descriptors are freed",
+        )
+
+
 class Server:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -111,6 +148,8 @@ class Server:
         self._connections: set[Connection] = set()
         self._no_connections = anyio.Event()
         self._no_connections.set()
+        self._gate = FairGate()
+        self._refusing = False  # between the first refusal and the next accepted connection
 
     def request_stop(self) -> None:
         if not self._stop.is_set():
@@ -153,6 +192,7 @@ class Server:
                 "entries are refused as oversized lines rather than as too-large entries",
             )
         check_socket_path(settings.socket)
+        _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
         self.host_keyring = await self._load_host_keyring()
         self.storage = make_storage(settings)
         try:
@@ -205,23 +245,83 @@ class Server:
         return keyring
 
     async def _accept(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
+        assert self.service is not None
+        stats = self.service.stats.connections
+        backoff = 0.0
+        failures = 0  # of the current episode without descriptors
         with contextlib.suppress(anyio.ClosedResourceError):
             while True:
-                stream = await listener.accept()
+                try:
+                    stream = await listener.accept()
+                except anyio.BrokenResourceError as exc:
+                    cause = exc.__cause__
+                    if not isinstance(cause, OSError) or cause.errno not in _OUT_OF_RESOURCES:
+                        raise
+                    stats.accept_failures += 1
+                    if failures == 0:
+                        log.warning(
+                            "accept_failing",
+                            reason=errno.errorcode.get(cause.errno or 0, "unknown"),
+                            open_connections=stats.open,
+                        )
+                    failures += 1
+                    backoff = min(max(2 * backoff, _ACCEPT_BACKOFF_FIRST), _ACCEPT_BACKOFF_MAX)
+                    await anyio.sleep(backoff)
+                    continue
+                if failures:
+                    log.info("accept_resumed", failed_attempts=failures)
+                    failures, backoff = 0, 0.0
+                if stats.open >= self.settings.max_connections:
+                    await self._refuse(stream)
+                    continue
+                self._refusing = False
+                stats.open += 1
+                stats.accepted += 1
                 conns.start_soon(self._serve_connection, stream)
+
+    async def _refuse(self, stream: anyio.abc.SocketStream) -> None:
+        """Answer one ``rate_limited`` line (``id: null``) on a connection beyond
+        ``max_connections`` and close it, without reading anything from it."""
+        assert self.service is not None
+        assert self.dispatcher is not None
+        stats = self.service.stats.connections
+        stats.refused += 1
+        if not self._refusing:
+            self._refusing = True  # one line per episode: a storm must not flood the log
+            log.warning("connections_refused", max_connections=self.settings.max_connections)
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
+        # A fresh socket's send buffer takes the short line at once; if it cannot, the
+        # client is gone or broken and gets the bare close.
+        with contextlib.suppress(OSError):
+            raw.send(self.dispatcher.at_capacity(REFUSAL_RETRY_AFTER_MS))
+        await stream.aclose()
 
     async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
         assert self.dispatcher is not None
+        assert self.service is not None
         dispatcher = self.dispatcher
-        # See wire/framing.py for why the connection's I/O is an asyncio stream.
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
-        reader, writer = await asyncio.open_unix_connection(sock=raw)
+        settings = self.settings
+        stats = self.service.stats.connections
+        try:
+            # See wire/framing.py for why the connection's I/O is an asyncio stream.
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
+            reader, writer = await asyncio.open_unix_connection(sock=raw)
+        except BaseException:
+            stats.open -= 1
+            raise
         conn = Connection(
             reader,
             writer,
             dispatcher.handle_line,
             dispatcher.oversized,
-            max_line_bytes=self.settings.max_request_bytes,
+            ConnectionLimits(
+                max_line_bytes=settings.max_request_bytes,
+                idle_timeout=settings.idle_timeout,
+                partial_line_timeout=settings.partial_line_timeout,
+                max_unsent_answer_bytes=settings.max_unsent_answer_bytes,
+            ),
+            gate=self._gate,
+            stats=stats,
         )
         self._connections.add(conn)
         self._no_connections = anyio.Event()
@@ -230,10 +330,14 @@ class Server:
                 conn.stop_reading()
             await conn.serve()
         finally:
-            self._connections.discard(conn)
-            if not self._connections:
-                self._no_connections.set()
-            await self._close(writer)
+            try:
+                # Still counted while its last answers flush: a drain waits for them too.
+                await self._close(writer)
+            finally:
+                stats.open -= 1
+                self._connections.discard(conn)
+                if not self._connections:
+                    self._no_connections.set()
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
         """Close a connection, flushing the answers it still has buffered, but never waiting

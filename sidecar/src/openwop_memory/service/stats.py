@@ -7,6 +7,30 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class ConnectionStats:
+    """What happened to connections (the wire layer counts, ``sidecar.stats`` shows)."""
+
+    open: int = 0
+    accepted: int = 0
+    refused: int = 0  # beyond max_connections: answered rate_limited and closed
+    closed_idle: int = 0
+    closed_partial_line: int = 0
+    accept_failures: int = 0  # accept attempts that failed for want of file descriptors
+    read_pauses: int = 0  # times a connection's unread answers stopped its reading
+
+    def snapshot(self) -> dict[str, int]:
+        return {
+            "open": self.open,
+            "accepted": self.accepted,
+            "refused": self.refused,
+            "closedIdle": self.closed_idle,
+            "closedPartialLine": self.closed_partial_line,
+            "acceptFailures": self.accept_failures,
+            "readPauses": self.read_pauses,
+        }
+
+
+@dataclass
 class Stats:
     requests: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     redactions_applied: int = 0
@@ -14,6 +38,7 @@ class Stats:
     tombstones_purged: int = 0
     sweeps: int = 0
     sweep_failures: int = 0
+    connections: ConnectionStats = field(default_factory=ConnectionStats)
 
     def count(self, method: str, outcome: str) -> None:
         """Count one request of ``method`` that ended in ``outcome`` (``ok`` or an error code)."""
@@ -28,4 +53,5 @@ class Stats:
             "sweeps": self.sweeps,
             "sweepFailures": self.sweep_failures,
             "redactionsApplied": self.redactions_applied,
+            "connections": self.connections.snapshot(),
         }

@@ -12,12 +12,13 @@ content-free log line per request; outcomes are counted for ``sidecar.stats``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pydantic
@@ -53,6 +54,20 @@ from ..service.memory import MemoryService
 log = structlog.get_logger("openwop_memory.request")
 
 Handler = Callable[[MemoryService, Any], Any]
+# Methods whose answer has no size bound but the request's own limit (many entries).
+_UNBOUNDED_ANSWERS = frozenset({"memory.list"})
+
+
+class Pacer(Protocol):
+    """The connection's say on when a request may start making its answer (see
+    :class:`~.framing.AnswerPacer`)."""
+
+    @property
+    def unbounded(self) -> asyncio.Lock: ...
+
+    async def ready(self) -> None: ...
+
+
 _MAX_BATCH = 256
 _REQUEST_MEMBERS = frozenset({"jsonrpc", "method", "params", "id"})
 
@@ -158,8 +173,14 @@ class Dispatcher:
 
         return method
 
-    async def handle_line(self, line: bytes) -> bytes | None:
-        """The response line (with its newline) for one request line, or ``None``."""
+    async def handle_line(self, line: bytes, pacer: Pacer | None = None) -> bytes | None:
+        """The response line (with its newline) for one request line, or ``None``.
+
+        With a ``pacer``, the request waits for its turn before it runs (a malformed line is
+        answered at once: its answer is small).
+
+        :raises ConnectionResetError: the pacer's client left while the request waited.
+        """
         started = time.perf_counter()
         try:
             request = orjson.loads(line)
@@ -169,12 +190,27 @@ class Dispatcher:
             if not request or len(request) > _MAX_BATCH:
                 error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
                 return _line(self._refuse(error, started))
-            answers = [
-                a for a in [await self._dispatch_one(r, started) for r in request] if a is not None
-            ]
-            return _line(answers) if answers else None
-        answer = await self._dispatch_one(request, started)
+            if pacer is None:
+                return await self._batch(request, started)
+            async with pacer.unbounded:
+                await pacer.ready()
+                return await self._batch(request, started)
+        if pacer is None:
+            answer = await self._dispatch_one(request, started)
+        elif isinstance(request, dict) and request.get("method") in _UNBOUNDED_ANSWERS:
+            async with pacer.unbounded:
+                await pacer.ready()
+                answer = await self._dispatch_one(request, started)
+        else:
+            await pacer.ready()
+            answer = await self._dispatch_one(request, started)
         return None if answer is None else _line(answer)
+
+    async def _batch(self, requests: list[Any], started: float) -> bytes | None:
+        answers = [
+            a for a in [await self._dispatch_one(r, started) for r in requests] if a is not None
+        ]
+        return _line(answers) if answers else None
 
     def oversized(self) -> bytes:
         """The answer to a request line longer than ``max_request_bytes`` (counted, logged)."""
@@ -183,6 +219,15 @@ class Dispatcher:
             INVALID_REQUEST, f"the request line exceeds {cap} bytes", maxRequestBytes=cap
         )
         return _line(self._refuse(error, time.perf_counter()))
+
+    @staticmethod
+    def at_capacity(retry_after_ms: int) -> bytes:
+        """The one line a connection beyond ``max_connections`` gets before it is closed:
+        ``rate_limited`` with ``id: null`` (no request of it was read)."""
+        error = RateLimitedError(
+            "the sidecar is at its connection limit", {"retryAfterMs": retry_after_ms}
+        )
+        return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
 
     def _refuse(
         self, err: MemoryServiceError, started: float, request_id: Any = None, method: str = "-"
