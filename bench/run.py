@@ -60,6 +60,7 @@ async def sidecar_suite(options: Options, workdir: Path) -> SuiteResult:
         warmup=options.warmup,
         latency_blocks=10 if options.samples >= 100 else 1,
         clients=options.clients,
+        storm_connections=50 if options.quick else 200,
         sidecar_exe=options.sidecar_exe,
         sidecar_args=options.sidecar_args,
         profile=options.profile,

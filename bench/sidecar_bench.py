@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
-from bench import echo, profile_sidecar
+from bench import echo, flood, profile_sidecar
 from bench.lean_client import LeanClient, RpcError
 from bench.proc import ServerProcess, Stopped
 from bench.report import Metric, SuiteResult, Target
@@ -81,6 +81,7 @@ class SidecarBenchConfig:
     load_window: int = 64  # requests in flight per load connection (the sidecar allows 128)
     content_chars: int = 300
     max_ops_per_client: int = 200_000  # the count bound of a throughput phase
+    storm_connections: int = 200  # connections of the malformed-frame storm
     phase_timeout: float = 600.0
     startup_timeout: float = 60.0
     stop_timeout: float = 60.0
@@ -311,6 +312,37 @@ async def pipelined(
         for c in clients:
             await c.close()
     return results, time.perf_counter() - started
+
+
+async def storm_latencies(
+    socket_path: str, client: LeanClient, op: Op, *, connections: int, samples: int, errors: Errors
+) -> tuple[list[float], list[float]]:
+    """Sorted seconds of ``samples`` sequential calls alone, then during a storm of malformed
+    frames on ``connections`` other connections (:mod:`bench.flood`, a niced process of its
+    own, so the storm does not take this process's CPU)."""
+    alone = await sequential_latencies(
+        client, op, warmup=0, samples=samples, phase="storm baseline", errors=errors
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        flood.__file__,
+        socket_path,
+        str(connections),
+        stdout=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: os.nice(10),
+    )
+    try:
+        assert process.stdout is not None
+        if (await process.stdout.readline()).strip() != b"ready":
+            raise BenchFailure("the storm did not start")
+        stormy = await sequential_latencies(
+            client, op, warmup=0, samples=samples, phase="storm", errors=errors
+        )
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.communicate()
+    return alone, stormy
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -709,6 +741,35 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
                 )
 
         clock.lap("throughput")
+
+        async with asyncio.timeout(config.phase_timeout):
+            alone, stormy = await storm_latencies(
+                sidecar.socket_path,
+                seq,
+                work.get(),
+                connections=config.storm_connections,
+                samples=max(100, config.samples // 3),
+                errors=errors,
+            )
+        server.check_alive()
+        clock.lap("storm")
+        storm_p50 = percentile(stormy, 0.50)
+        n = config.storm_connections
+        metrics.append(
+            Metric("get p50 alone (before the storm)", _us(percentile(alone, 0.5)), "us")
+        )
+        metrics.append(
+            Metric(f"get p50 in a malformed-frame storm on {n} connections", _us(storm_p50), "us")
+        )
+        metrics.append(Metric("get p99 in the storm", _us(percentile(stormy, 0.99)), "us"))
+        metrics.append(
+            Metric(
+                "get p50 in the storm / alone",
+                storm_p50 / percentile(alone, 0.50),
+                "x",
+                Target("<=", 3),
+            )
+        )
         end = server.memory()
         metrics.append(Metric("sidecar RSS at end", _mib(end.rss_kib), "MiB"))
         metrics.append(Metric("sidecar peak RSS (VmHWM) at end", _mib(end.peak_kib), "MiB"))

@@ -43,7 +43,7 @@ class FairGate:
     One gate serves the whole event loop; it must be used from that loop only.
     """
 
-    def __init__(self, per_turn: int = 4) -> None:
+    def __init__(self, per_turn: int = 1) -> None:
         if per_turn < 1:
             raise ValueError("per_turn must be at least 1")
         self._per_turn = per_turn
@@ -53,15 +53,20 @@ class FairGate:
         self._seq = 0
         self._waiting: list[tuple[int, int, asyncio.Future[None], Share, int]] = []
 
-    def admit(self, share: Share, cost: int) -> asyncio.Future[None] | None:
+    def admit(self, share: Share, cost: int, *, alone: bool = False) -> asyncio.Future[None] | None:
         """``None`` when the line may start now; otherwise a future to await first.
+
+        ``alone``: the connection has nothing else read and nothing in progress (a client
+        waiting for this answer before it sends more). Such a line starts at once: a
+        connection can have only one, so they cannot flood, and a fair share alone would
+        not do (a client doing one request after another wants more than 1/N of the loop).
 
         Cancelling the future gives up the place in the queue.
         """
         # A quiet connection does not bank credit for the time it was quiet, but goes just
         # ahead of the busy ones, whose keys are at least the clock.
         key = max(share.vtime, self._vclock - 1)
-        if not self._waiting and self._used < self._per_turn:
+        if alone or (not self._waiting and self._used < self._per_turn):
             self._grant(share, key, cost)
             return None
         future = asyncio.get_running_loop().create_future()

@@ -169,7 +169,8 @@ class Connection:
                     except OSError:
                         return
                     await self._wait_for_slot()
-                    await self._admit(len(line))
+                    alone = not self._tasks and buffer.find(b"\n", start) == -1
+                    await self._admit(len(line), alone=alone)
                     self._spawn(line)
             del buffer[:line_start]
             if not discarding and len(buffer) > self._limits.max_line_bytes:
@@ -184,8 +185,8 @@ class Connection:
             else:
                 self._line_started = None
 
-    async def _admit(self, size: int) -> None:
-        waiter = self._gate.admit(self._share, line_cost(size))
+    async def _admit(self, size: int, *, alone: bool = False) -> None:
+        waiter = self._gate.admit(self._share, line_cost(size), alone=alone)
         if waiter is not None:
             await waiter
 
