@@ -6,12 +6,16 @@ again, in the order they became ready. A connection that pipelines lines as fast
 tasks ready at every iteration; with a few hundred such connections an iteration takes
 tens of milliseconds and a quiet client's request waits through several of them.
 
-:class:`FairGate` bounds the work started per iteration (``per_turn`` cost units; one
-request line costs 1, plus 1 per 8 KiB) and, when more is asked for, hands the turns out
-least-served connection first: each connection's :class:`Share` keeps the cost it was
-granted (its virtual time), and a connection that comes back from being quiet starts just
-below everyone still waiting, as a sleeping task does under a fair scheduler. A quiet
-client's request is then admitted at the next iteration, and iterations stay short.
+:class:`FairGate` bounds the work started per iteration (``per_turn`` cost units, one by
+default; a request line costs 1, plus 1 per 8 KiB) and, when more is asked for, hands the
+turns out least-served connection first: each connection's :class:`Share` keeps the cost
+it was granted (its virtual time), and a connection that comes back from being quiet
+starts just below everyone still waiting, as a sleeping task does under a fair scheduler.
+Fair shares alone would still leave a client doing one request after another behind: it
+wants far more than 1/N of the loop. So a line alone on its connection (nothing else read,
+nothing in progress) starts at once; a connection has at most one such line at a time.
+Measured with 48 connections flooding malformed lines: a quiet client's p50 went up 11x
+with fair shares alone, 2-4x at two lines per turn, 1.1-1.9x as it is.
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ class Connection:
     async def _answer(self, line: bytes) -> None:
         try:
             response = await self._handle_line(line, self._pacer)
-        except ConnectionResetError:  # the client left while the request waited its turn
+        except OSError:  # the client left while the request waited for its answers to go
             return
         if response is not None:
             self._send(response)
