@@ -17,6 +17,7 @@ is an error.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -92,6 +93,20 @@ class SqliteSettings(BaseModel):
     )
 
 
+def _json_table(value: Any) -> Any:
+    # A table in TOML; on the command line or in the environment, the same as JSON.
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError('expected a table such as {"uid:1001": ["acme"]}') from None
+    return value
+
+
+BindingRule = Annotated[str, Field(pattern=r"^(uid|gid):\d{1,10}$")]
+BoundTenant = Annotated[str, Field(min_length=1, max_length=128)]
+
+
 class Settings(BaseModel):
     """All settings of ``openwop-memory serve``, with their defaults."""
 
@@ -153,6 +168,14 @@ class Settings(BaseModel):
         le=1 << 30,
         description="answers a connection has not read yet, in bytes, before the sidecar "
         "stops reading its requests (resumed when half of it is read)",
+    )
+    tenant_binding: Annotated[
+        dict[BindingRule, list[BoundTenant]], BeforeValidator(_json_table)
+    ] = Field(
+        {},
+        description="tenants each Unix user or group of a connecting process may use, "
+        'e.g. {"uid:1001": ["acme"], "gid:2000": ["*"]}; empty: any process that can open '
+        "the socket may use any tenant",
     )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

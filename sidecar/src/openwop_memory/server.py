@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import math
 import os
 import resource
@@ -37,6 +38,7 @@ from .service.refs import RefCodec
 from .service.sweeper import Sweeper
 from .storage.base import Storage, StorageStartupError
 from .storage.registry import create_storage
+from .wire.binding import TenantBinding, peer_of
 from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
@@ -149,6 +151,7 @@ class Server:
         self._no_connections = anyio.Event()
         self._no_connections.set()
         self._gate = FairGate()
+        self._binding = TenantBinding(settings.tenant_binding)
         self._refusing = False  # between the first refusal and the next accepted connection
 
     def request_stop(self) -> None:
@@ -309,10 +312,14 @@ class Server:
         except BaseException:
             stats.open -= 1
             raise
+        handle_line = dispatcher.handle_line
+        if self._binding.active:
+            tenants = self._binding.tenants_for(peer_of(raw))
+            handle_line = functools.partial(dispatcher.handle_line, tenants=tenants)
         conn = Connection(
             reader,
             writer,
-            dispatcher.handle_line,
+            handle_line,
             dispatcher.oversized,
             ConnectionLimits(
                 max_line_bytes=settings.max_request_bytes,

@@ -28,6 +28,7 @@ from jsonrpcserver.async_dispatcher import call
 from jsonrpcserver.dispatcher import create_request, to_response
 from jsonrpcserver.sentinels import NOID
 from openwop_memory_client import (
+    ForbiddenError,
     InternalError,
     MemoryServiceError,
     MethodNotFoundError,
@@ -50,6 +51,8 @@ from openwop_memory_client.wire import (
 from oslash.either import Left
 
 from ..service.memory import MemoryService
+from ..timefmt import now_us
+from .binding import permits
 
 log = structlog.get_logger("openwop_memory.request")
 
@@ -143,12 +146,15 @@ class Dispatcher:
     ) -> Callable[..., Awaitable[Any]]:
         service, stats = self.service, self.service.stats
 
-        async def method(ctx: object, /, **params: Any) -> Any:
+        async def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
             started = time.perf_counter()
             err: MemoryServiceError | None = None
             outcome = "cancelled"  # unless it ends otherwise: the client or a shutdown left
             try:
-                result = handler(service, model.model_validate(params))
+                validated = model.model_validate(params)
+                if ctx is not None:
+                    await self._check_binding(ctx, validated)
+                result = handler(service, validated)
                 if inspect.isawaitable(result):
                     result = await result
                 outcome = "ok"
@@ -173,11 +179,14 @@ class Dispatcher:
 
         return method
 
-    async def handle_line(self, line: bytes, pacer: Pacer | None = None) -> bytes | None:
+    async def handle_line(
+        self, line: bytes, pacer: Pacer | None = None, *, tenants: frozenset[str] | None = None
+    ) -> bytes | None:
         """The response line (with its newline) for one request line, or ``None``.
 
         With a ``pacer``, the request waits for its turn before it runs (a malformed line is
-        answered at once: its answer is small).
+        answered at once: its answer is small). With ``tenants`` (tenant binding is on),
+        a method naming a tenant, or a run of a tenant, not among them is ``forbidden``.
 
         :raises ConnectionResetError: the pacer's client left while the request waited.
         """
@@ -191,24 +200,28 @@ class Dispatcher:
                 error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
                 return _line(self._refuse(error, started))
             if pacer is None:
-                return await self._batch(request, started)
+                return await self._batch(request, started, tenants)
             async with pacer.unbounded:
                 await pacer.ready()
-                return await self._batch(request, started)
+                return await self._batch(request, started, tenants)
         if pacer is None:
-            answer = await self._dispatch_one(request, started)
+            answer = await self._dispatch_one(request, started, tenants)
         elif isinstance(request, dict) and request.get("method") in _UNBOUNDED_ANSWERS:
             async with pacer.unbounded:
                 await pacer.ready()
-                answer = await self._dispatch_one(request, started)
+                answer = await self._dispatch_one(request, started, tenants)
         else:
             await pacer.ready()
-            answer = await self._dispatch_one(request, started)
+            answer = await self._dispatch_one(request, started, tenants)
         return None if answer is None else _line(answer)
 
-    async def _batch(self, requests: list[Any], started: float) -> bytes | None:
+    async def _batch(
+        self, requests: list[Any], started: float, tenants: frozenset[str] | None
+    ) -> bytes | None:
         answers = [
-            a for a in [await self._dispatch_one(r, started) for r in requests] if a is not None
+            a
+            for a in [await self._dispatch_one(r, started, tenants) for r in requests]
+            if a is not None
         ]
         return _line(answers) if answers else None
 
@@ -219,6 +232,31 @@ class Dispatcher:
             INVALID_REQUEST, f"the request line exceeds {cap} bytes", maxRequestBytes=cap
         )
         return _line(self._refuse(error, time.perf_counter()))
+
+    async def _check_binding(self, tenants: frozenset[str], params: pydantic.BaseModel) -> None:
+        """Tenant binding: the tenant a request names, and the tenant of the run it names,
+        must be among ``tenants``. A run that does not exist is left to the method.
+
+        :raises ForbiddenError: one of them is not.
+        """
+        tenant = getattr(params, "tenant", None)
+        if isinstance(tenant, str) and not permits(tenants, tenant):
+            raise ForbiddenError("this process may not use that tenant", {"resource": "tenant"})
+        run_id = getattr(params, "runId", None)
+        if isinstance(run_id, str):
+            run_tenant = await self._tenant_of_run(run_id)
+            if run_tenant is not None and not permits(tenants, run_tenant):
+                raise ForbiddenError("this process may not use that run", {"resource": "run"})
+
+    async def _tenant_of_run(self, run_id: str) -> str | None:
+        # Through the service's public parts: the run open here, else its stored snapshot.
+        handle = self.service.runs.get(run_id)
+        if handle is not None:
+            return handle.tenant
+        record = await self.service.storage.find_run(
+            run_id, now_us=now_us(), retention_us=self.service.config.replay_retention_us
+        )
+        return None if record is None else record.tenant
 
     @staticmethod
     def at_capacity(retry_after_ms: int) -> bytes:
@@ -243,7 +281,9 @@ class Dispatcher:
         )
         return {"jsonrpc": "2.0", "error": _error_object(err), "id": request_id}
 
-    async def _dispatch_one(self, request: Any, started: float) -> dict[str, Any] | None:
+    async def _dispatch_one(
+        self, request: Any, started: float, tenants: frozenset[str] | None = None
+    ) -> dict[str, Any] | None:
         problem = _shape_problem(request)
         if problem is not None:
             rid = request.get("id") if isinstance(request, dict) and _valid_id(request) else None
@@ -264,7 +304,7 @@ class Dispatcher:
         rpc_request = create_request(request)
         self.inflight += 1
         try:
-            result = await call(rpc_request, None, method)
+            result = await call(rpc_request, tenants, method)
         finally:
             self.inflight -= 1
         if rpc_request.id is NOID:
