@@ -7,6 +7,7 @@ baseline measured in the same test, never with a fixed figure.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import statistics
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from openwop_memory.wire.fairness import FairGate, Share
 from support.sidecar import RawClient, Sidecar
 
 FLOOD = Path(__file__).resolve().parents[1] / "bench" / "flood.py"
@@ -93,3 +95,35 @@ def test_a_malformed_frame_storm_does_not_multiply_a_quiet_clients_latency(
     assert refused_during > SAMPLES, f"the storm was not served ({refused_during} lines)"
     ratio = stormy / alone
     assert ratio <= 3.0, f"p50 {alone * 1e3:.2f} ms alone, {stormy * 1e3:.2f} ms in the storm"
+
+
+async def _admission_order() -> list[str]:
+    gate = FairGate(per_turn=1)
+    busy, quiet, late = Share(), Share(), Share()
+    order: list[str] = []
+
+    async def line(name: str, share: Share) -> None:
+        waiter = gate.admit(share, 1)
+        if waiter is not None:
+            await waiter
+        order.append(name)
+
+    for _ in range(5):  # the busy connection has had five lines already
+        await line("warm-up", busy)
+        await asyncio.sleep(0)
+    order.clear()
+    tasks = [asyncio.ensure_future(line(f"busy{i}", busy)) for i in range(3)]
+    tasks.append(asyncio.ensure_future(line("quiet", quiet)))
+    tasks.append(asyncio.ensure_future(line("late", late)))
+    assert gate.admit(Share(), 1, alone=True) is None  # a lone line never waits
+    await asyncio.gather(*tasks)
+    return order
+
+
+def test_the_gate_admits_the_least_served_connection_first() -> None:
+    """Three lines of a connection that has had five, then one each of two others: one line
+    per turn, the two others' before the busy connection's later ones."""
+    order = asyncio.run(_admission_order())
+    assert order.index("quiet") < order.index("busy1")
+    assert order.index("late") < order.index("busy2")
+    assert sorted(order) == ["busy0", "busy1", "busy2", "late", "quiet"]

@@ -181,7 +181,9 @@ class Connection:
                 buffer.clear()
             if buffer or discarding:
                 if complete or self._line_started is None:
-                    self._start_line_clock(now)
+                    # From now, not from the chunk's arrival: while the lines before it
+                    # waited for their turn, the sidecar was not reading.
+                    self._start_line_clock(self._loop.time())
             else:
                 self._line_started = None
 
