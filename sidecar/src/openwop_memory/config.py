@@ -93,6 +93,36 @@ class SqliteSettings(BaseModel):
     )
 
 
+class PostgresqlSettings(BaseModel):
+    """The ``[postgresql]`` group: the PostgreSQL backend's pool (ignored by other backends)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pool_min_size: int = Field(
+        default=1, ge=0, le=1000, description="connections the pool keeps open when idle"
+    )
+    pool_max_size: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="most connections to the database at once (count them against the "
+        "server's max_connections, times the number of sidecars)",
+    )
+    connect_timeout: Seconds = Field(
+        default=5.0, description="how long opening a connection may take before a call fails"
+    )
+    command_timeout: Seconds = Field(
+        default=10.0,
+        description="how long a statement may take before the call fails with upstream_unavailable",
+    )
+    scope_cache_size: int = Field(
+        default=4096,
+        ge=1,
+        description="scope ids kept in memory (about 200 bytes each); a miss costs one "
+        "indexed lookup when writing",
+    )
+
+
 def _json_table(value: Any) -> Any:
     # A table in TOML; on the command line or in the environment, the same as JSON.
     if isinstance(value, str):
@@ -144,6 +174,9 @@ class Settings(BaseModel):
     sqlite: SqliteSettings = Field(
         SqliteSettings(), description="SQLite backend settings ([sqlite] in TOML)"
     )
+    postgresql: PostgresqlSettings = Field(
+        PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
+    )
     max_open_runs: int = Field(10_000, ge=1)
     max_inflight: int = Field(4096, ge=1)
     max_connections: int = Field(
@@ -182,7 +215,7 @@ class Settings(BaseModel):
 
 
 # Groups of backend settings: the Settings field and its model.
-GROUPS: dict[str, type[BaseModel]] = {"sqlite": SqliteSettings}
+GROUPS: dict[str, type[BaseModel]] = {"sqlite": SqliteSettings, "postgresql": PostgresqlSettings}
 
 # Old top-level spellings → the grouped setting they stand for.
 DEPRECATED: dict[str, str] = {

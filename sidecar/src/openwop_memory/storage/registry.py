@@ -21,7 +21,7 @@ Factory = Callable[[str, "Settings"], Storage]
 # the settings, or None for a scheme the settings accept but this build has no backend for.
 _BACKENDS: dict[str, str | None] = {
     "sqlite": ".sqlite_factory:create",
-    "postgresql": None,
+    "postgresql": ".postgresql_factory:create",
 }
 
 SCHEMES: tuple[str, ...] = tuple(_BACKENDS)

@@ -1,0 +1,564 @@
+"""PostgreSQL storage (asyncpg, a bounded pool): one memory shared by many sidecars.
+
+**Snapshots.** Every write of a tenant first takes that tenant's clock row
+(``tenant_clocks``, see :mod:`.postgresql_schema`) with an upsert that increments it, and
+holds its lock until COMMIT. Sequence numbers of a tenant are therefore handed out in commit
+order, and ``run.begin`` (which takes the same row) records the tenant's sequence number as
+the run's snapshot: a write acknowledged before is at or below it, a write that commits
+after is above it, whichever sidecars wrote. Tenants never queue behind each other.
+
+**Lock order.** A write takes its tenant's clock row before anything else of that tenant
+(a new scope row, say), and ``touch_runs`` locks runs in id order, so no two transactions of
+this backend wait for each other in a cycle. Deadlocks and serialization failures are
+retried (the transaction wrote nothing).
+
+**Poolers.** No named prepared statements (``statement_cache_size=0``), no session state,
+and only transaction-scoped advisory locks, so it runs behind PgBouncer in transaction mode.
+
+**Failures.** Connection, protocol and server errors become ``upstream_unavailable`` in
+:mod:`.postgresql_errors`; a call never waits past ``command_timeout`` (plus
+``connect_timeout`` for a new connection). After a connection error, the pool's idle
+connections are replaced, so a restarted server costs one failed call, not one per pooled
+connection. A failed commit leaves no trace: new scope ids are cached only once committed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar, cast
+
+import anyio
+import asyncpg
+import orjson
+from asyncpg.pool import PoolConnectionProxy
+from openwop_memory_client import UpstreamUnavailableError
+
+from ..domain import SweepHorizons, new_entry_id
+from .base import (
+    BeginOutcome,
+    BeginResult,
+    EntryRow,
+    PutOutcome,
+    PutRequest,
+    PutResult,
+    RunRecord,
+    Scope,
+    Snapshot,
+    StorageHealth,
+    StorageStartupError,
+    SweepCounts,
+)
+from .postgresql_errors import is_retryable, translate_errors
+from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS
+
+T = TypeVar("T")
+Effects = list[Callable[[], None]]
+Conn: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"  # generic in the stubs only
+
+# Transaction-scoped advisory lock keys (arbitrary constants of this application).
+_MIGRATION_LOCK = 0x6F70_656E_776F_7001
+_SWEEP_LOCK = 0x6F70_656E_776F_7002
+_RETRIES = 3
+
+_ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us"
+_SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = $1 AND key = $2)"
+_VISIBLE = (
+    "e.seq <= $3 AND (e.deleted_seq IS NULL OR e.deleted_seq > $3)"
+    " AND (e.expires_us IS NULL OR e.expires_us > $4)"
+)
+# Reserve ``$2`` sequence numbers of tenant ``$1``; the row stays locked until COMMIT.
+_TAKE_CLOCK = (
+    f"INSERT INTO tenant_clocks AS c (tenant, seq, last_us) VALUES ($1, $2, {DB_NOW_US})"
+    " ON CONFLICT (tenant) DO UPDATE SET seq = c.seq + $2,"
+    f" last_us = greatest(c.last_us, {DB_NOW_US}) RETURNING seq, last_us"
+)
+_UNPINNED = (
+    "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.scope_pk = e.scope_pk AND i.entry_seq = e.seq)"
+)
+
+
+def _row(r: Any) -> EntryRow:
+    return EntryRow(r[0], r[1].decode(), tuple(orjson.loads(r[2])), r[3], r[4])
+
+
+class PostgresqlStorage:
+    """The PostgreSQL backend. See :class:`~openwop_memory.storage.base.Storage`."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        connect_timeout: float = 5.0,
+        command_timeout: float = 10.0,
+        scope_cache_size: int = 4096,
+    ) -> None:
+        self.dsn = dsn
+        self.pool_min_size = pool_min_size
+        self.pool_max_size = pool_max_size
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self._pool: asyncpg.Pool | None = None
+        self._scope_pks: OrderedDict[Scope, int] = OrderedDict()
+        self._scope_cache_size = scope_cache_size
+        self._schema_version = 0
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=self.pool_min_size,
+                max_size=self.pool_max_size,
+                statement_cache_size=0,
+                command_timeout=self.command_timeout,
+                timeout=self.connect_timeout,
+                server_settings={"application_name": "openwop-memory"},
+            )
+            async with self._pool.acquire(timeout=self.connect_timeout) as conn:
+                await self._migrate(conn)
+        except StorageStartupError:
+            await self.close()
+            raise
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            await self.close()
+            reason = getattr(exc, "sqlstate", None) or type(exc).__name__
+            raise StorageStartupError(
+                f"cannot open the PostgreSQL database ({reason}); check the URL, that the "
+                "server is up and that the user may create tables"
+            ) from None
+
+    async def _migrate(self, conn: Conn) -> None:
+        """Bring the schema up to date under an advisory lock, so sidecars starting together
+        migrate once; refuse a schema newer than this sidecar knows.
+
+        :raises StorageStartupError: the schema is newer than this build.
+        """
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS openwop_schema_migrations ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            current = await conn.fetchval("SELECT max(version) FROM openwop_schema_migrations")
+            current = current or 0
+            if current > LATEST_VERSION:
+                raise StorageStartupError(
+                    f"the database schema is version {current}, newer than this sidecar "
+                    f"knows ({LATEST_VERSION}); upgrade openwop-memory"
+                )
+            for version, statements in MIGRATIONS:
+                if version <= current:
+                    continue
+                for statement in statements:
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO openwop_schema_migrations (version) VALUES ($1)", version
+                )
+            await conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('ref_mac_key', $1)"
+                " ON CONFLICT (key) DO NOTHING",
+                secrets.token_bytes(32),
+            )
+        self._schema_version = LATEST_VERSION
+
+    async def close(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with anyio.move_on_after(self.command_timeout):
+                await pool.close()
+            pool.terminate()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _acquire(self) -> Any:
+        if self._closed or self._pool is None:
+            raise _unavailable("closed")
+        return self._pool.acquire(timeout=self.connect_timeout + self.command_timeout)
+
+    async def _read(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """``fn`` on a pooled connection (no transaction: one statement sees one snapshot)."""
+        with translate_errors():
+            try:
+                async with self._acquire() as conn:
+                    return await fn(conn)
+            except (asyncpg.InterfaceError, OSError):
+                await self._expire_idle()
+                raise
+
+    async def _write(self, fn: Callable[[Conn, Effects], Awaitable[T]]) -> T:
+        """``fn`` in a transaction of its own, retried on a deadlock or serialization failure;
+        the effects ``fn`` registers run only after COMMIT succeeded."""
+        with translate_errors():
+            for attempt in range(_RETRIES):
+                effects: Effects = []
+                try:
+                    async with self._acquire() as conn, conn.transaction():
+                        result = await fn(conn, effects)
+                except asyncpg.PostgresError as exc:
+                    if is_retryable(exc) and attempt + 1 < _RETRIES:
+                        continue
+                    raise
+                except (asyncpg.InterfaceError, OSError):
+                    await self._expire_idle()
+                    raise
+                for effect in effects:
+                    effect()
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _expire_idle(self) -> None:
+        """After a connection error, replace every pooled connection on its next use: after a
+        server restart they are all dead."""
+        if self._pool is not None:
+            await self._pool.expire_connections()
+
+    async def _scope_pk(self, conn: Conn, scope: Scope, effects: Effects) -> int:
+        """The scope's id, creating the scope if new (the tenant's clock is already held).
+
+        New ids are random (never reused after a rollback) and cached only once committed.
+        """
+        pk = self._scope_pks.get(scope)
+        if pk is not None:
+            self._scope_pks.move_to_end(scope)
+            return pk
+        found = await conn.fetchval(
+            "SELECT scope_pk FROM scopes WHERE tenant = $1 AND key = $2", scope.tenant, scope.key
+        )
+        if found is None:
+            found = 1 + secrets.randbits(62)
+            await conn.execute(
+                "INSERT INTO scopes (scope_pk, tenant, key) VALUES ($1, $2, $3)",
+                found,
+                scope.tenant,
+                scope.key,
+            )
+        pk = int(found)
+        effects.append(lambda: self._cache_scope(scope, pk))
+        return pk
+
+    def _cache_scope(self, scope: Scope, pk: int) -> None:
+        self._scope_pks[scope] = pk
+        self._scope_pks.move_to_end(scope)
+        if len(self._scope_pks) > self._scope_cache_size:
+            self._scope_pks.popitem(last=False)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def ref_key(self) -> bytes:
+        value = await self._read(
+            lambda conn: conn.fetchval("SELECT value FROM meta WHERE key = 'ref_mac_key'")
+        )
+        return bytes(value)
+
+    async def begin_run(
+        self, *, run_id: str, tenant: str, replay: bool, now_us: int, retention_cutoff_us: int
+    ) -> BeginResult:
+        async def op(conn: Conn, effects: Effects) -> BeginResult:
+            # Twice at most: a first begin of the same run on another sidecar may insert it
+            # between our look and our insert; then we classify the run it made.
+            for _ in range(2):
+                row = await conn.fetchrow(
+                    "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs"
+                    " WHERE run_id = $1 FOR UPDATE",
+                    run_id,
+                )
+                if row is None and replay:
+                    return _UNKNOWN_RUN
+                if row is not None:
+                    owner, snap, snap_us, touched_us = row
+                    if owner != tenant:
+                        return _OTHER_TENANT
+                    if snap is not None and touched_us > retention_cutoff_us:
+                        await conn.execute(
+                            "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
+                        )
+                        run = RunRecord(run_id, tenant, Snapshot(snap), snap_us)
+                        return BeginResult(BeginOutcome.RESUMED, run)
+                    if replay:
+                        return _RETENTION_EXPIRED
+                # Taking the clock (for no sequence number) waits for the tenant's writes in
+                # flight and pulls last_us up to now: entries inside the snapshot have
+                # createdAt <= it, later ones >= it.
+                seq, snap_us = await _take_clock(conn, tenant, 0)
+                if row is not None:  # past retention: a fresh snapshot on the locked row
+                    await conn.execute(
+                        "UPDATE runs SET snapshot_seq = $2, snapshot_us = $3, touched_us = $4"
+                        " WHERE run_id = $1",
+                        run_id,
+                        seq,
+                        snap_us,
+                        now_us,
+                    )
+                    inserted = True
+                else:
+                    inserted = await conn.fetchval(
+                        "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
+                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING"
+                        " RETURNING true",
+                        run_id,
+                        tenant,
+                        seq,
+                        snap_us,
+                        now_us,
+                    )
+                if inserted:
+                    run = RunRecord(run_id, tenant, Snapshot(seq), snap_us)
+                    return BeginResult(BeginOutcome.CREATED, run)
+            raise AssertionError("a run row inserted by another sidecar vanished")
+
+        return await self._write(op)
+
+    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
+        if not run_ids:
+            return
+        await self._write(
+            lambda conn, effects: conn.execute(
+                "UPDATE runs SET touched_us = $2 WHERE run_id IN (SELECT run_id FROM runs"
+                " WHERE run_id = ANY($1) AND snapshot_seq IS NOT NULL ORDER BY run_id"
+                " FOR UPDATE)",
+                sorted(run_ids),
+                now_us,
+            )
+        )
+
+    async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
+        scope = request.scope
+
+        async def op(conn: Conn, effects: Effects) -> PutResult:
+            seq, created_us = await _take_clock(conn, scope.tenant, 1)
+            scope_pk = await self._scope_pk(conn, scope, effects)
+            key = request.idempotency_key
+            if key is not None:
+                earlier = await conn.fetchrow(
+                    f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i JOIN entries e"
+                    " ON e.scope_pk = i.scope_pk AND e.seq = i.entry_seq"
+                    " WHERE i.scope_pk = $1 AND i.key = $2",
+                    scope_pk,
+                    key,
+                )
+                if earlier is not None:
+                    if bytes(earlier[0]) != request.digest:
+                        return _KEY_CONFLICT
+                    return PutResult(PutOutcome.REPLAYED, _row(tuple(earlier)[1:]))
+            row = EntryRow(
+                new_entry_id(created_us),
+                request.content,
+                request.tags,
+                created_us,
+                request.expires_us,
+            )
+            await conn.execute(
+                "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                scope_pk,
+                seq,
+                row.id,
+                row.content.encode(),
+                orjson.dumps(row.tags).decode(),
+                created_us,
+                row.expires_us,
+            )
+            if request.tags:
+                await conn.execute(
+                    "INSERT INTO entry_tags (scope_pk, tag, seq)"
+                    " SELECT $1, tag, $3 FROM unnest($2::text[]) AS tag",
+                    scope_pk,
+                    list(request.tags),
+                    seq,
+                )
+            if key is not None:
+                await conn.execute(
+                    "INSERT INTO idempotency (scope_pk, key, digest, entry_seq, created_us)"
+                    " VALUES ($1, $2, $3, $4, $5)",
+                    scope_pk,
+                    key,
+                    request.digest,
+                    seq,
+                    now_us,
+                )
+            return PutResult(PutOutcome.STORED, row)
+
+        return await self._write(op)
+
+    async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
+        async def op(conn: Conn, effects: Effects) -> bool:
+            seq, _ = await _take_clock(conn, scope.tenant, 1)
+            status = await conn.execute(
+                f"UPDATE entries SET deleted_seq = $3 WHERE id = $4 AND scope_pk = {_SCOPE_PK}"
+                " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > $5)",
+                scope.tenant,
+                scope.key,
+                seq,
+                entry_id,
+                now_us,
+            )
+            return bool(status != "UPDATE 0")
+
+        return await self._write(op)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
+        row = await self._read(
+            lambda conn: conn.fetchrow(
+                "SELECT tenant, snapshot_seq, snapshot_us FROM runs WHERE run_id = $1"
+                " AND snapshot_seq IS NOT NULL AND touched_us > $2",
+                run_id,
+                retention_cutoff_us,
+            )
+        )
+        if row is None:
+            return None
+        return RunRecord(run_id, row[0], Snapshot(row[1]), row[2])
+
+    async def list(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, limit: int, tag: str | None
+    ) -> list[EntryRow]:
+        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
+        if tag is None:
+            sql = (
+                f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
+                f" AND {_VISIBLE} ORDER BY e.seq DESC LIMIT $5"
+            )
+        else:
+            args.append(tag)
+            sql = (
+                f"SELECT {_ENTRY_COLUMNS} FROM entry_tags t JOIN entries e"
+                " ON e.scope_pk = t.scope_pk AND e.seq = t.seq"
+                f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = $6 AND t.seq <= $3"
+                f" AND {_VISIBLE} ORDER BY t.seq DESC LIMIT $5"
+            )
+        rows = await self._read(lambda conn: conn.fetch(sql, *args))
+        return [_row(r) for r in rows]
+
+    async def get(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
+    ) -> EntryRow | None:
+        row = await self._read(
+            lambda conn: conn.fetchrow(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = $5"
+                f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}",
+                scope.tenant,
+                scope.key,
+                cast(int, snapshot),
+                now_us,
+                entry_id,
+            )
+        )
+        return None if row is None else _row(row)
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
+        """Each batch is a short transaction of its own holding the sweep advisory lock; when
+        another sidecar holds it, this pass stops (one sidecar sweeps at a time)."""
+        counts = SweepCounts()
+        steps: list[tuple[str, str, tuple[Any, ...]]] = [
+            (
+                "expired_entries",
+                "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
+                f" FROM entries e WHERE e.expires_us <= $1 AND {_UNPINNED}"
+                " LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                (horizons.now_us, batch_size),
+            ),
+            (
+                "purged_idempotency_keys",
+                "DELETE FROM idempotency WHERE (scope_pk, key) IN (SELECT scope_pk, key"
+                " FROM idempotency WHERE created_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                (horizons.key_cutoff_us, batch_size),
+            ),
+            (
+                "expired_runs",
+                "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
+                " WHERE snapshot_seq IS NOT NULL AND touched_us <= $1"
+                " LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                (horizons.run_cutoff_us, batch_size),
+            ),
+            (
+                "purged_runs",
+                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
+                " WHERE snapshot_seq IS NULL AND touched_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                (horizons.marker_cutoff_us, batch_size),
+            ),
+            # A tombstone can go once every retained snapshot of its tenant is at or past
+            # its delete (a new snapshot is always at or past it).
+            (
+                "purged_tombstones",
+                "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
+                " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk"
+                " WHERE e.deleted_seq IS NOT NULL AND e.deleted_seq <= coalesce("
+                "(SELECT min(r.snapshot_seq) FROM runs r WHERE r.tenant = s.tenant"
+                " AND r.snapshot_seq IS NOT NULL),"
+                " (SELECT c.seq FROM tenant_clocks c WHERE c.tenant = s.tenant))"
+                f" AND {_UNPINNED} LIMIT $1 FOR UPDATE OF e SKIP LOCKED)",
+                (batch_size,),
+            ),
+        ]
+        for name, sql, params in steps:
+            while True:
+                try:
+                    removed = await self._write(_sweep_batch(sql, params))
+                except UpstreamUnavailableError as exc:
+                    counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
+                    break
+                if removed is None:  # another sidecar is sweeping
+                    return counts
+                setattr(counts, name, getattr(counts, name) + removed)
+                if removed < batch_size:
+                    break
+        return counts
+
+    async def health(self) -> StorageHealth:
+        async def probe(conn: Conn) -> Any:
+            return await conn.fetchval("SELECT current_setting('server_version_num')::int")
+
+        version = await self._read(probe)
+        pool = self._pool
+        return StorageHealth(
+            backend="postgresql",
+            schema_version=self._schema_version,
+            properties={
+                "serverVersion": int(version),
+                "poolSize": pool.get_size() if pool is not None else 0,
+                "poolIdle": pool.get_idle_size() if pool is not None else 0,
+            },
+        )
+
+
+async def _take_clock(conn: Conn, tenant: str, count: int) -> tuple[int, int]:
+    """Reserve ``count`` sequence numbers of ``tenant`` (locking its clock until COMMIT): the
+    last one reserved, and the createdAt that goes with them."""
+    row = await conn.fetchrow(_TAKE_CLOCK, tenant, count)
+    assert row is not None  # an upsert with RETURNING returns its row
+    return int(row[0]), int(row[1])
+
+
+def _sweep_batch(
+    sql: str, params: tuple[Any, ...]
+) -> Callable[[Conn, Effects], Awaitable[int | None]]:
+    async def op(conn: Conn, effects: Effects) -> int | None:
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _SWEEP_LOCK):
+            return None
+        status = await conn.execute(sql, *params)
+        return int(status.rsplit(" ", 1)[-1])
+
+    return op
+
+
+def _unavailable(reason: str) -> UpstreamUnavailableError:
+    return UpstreamUnavailableError(
+        "the PostgreSQL database is unavailable", {"backend": "postgresql", "reason": reason}
+    )
+
+
+_OTHER_TENANT = BeginResult(BeginOutcome.OTHER_TENANT)
+_RETENTION_EXPIRED = BeginResult(BeginOutcome.RETENTION_EXPIRED)
+_UNKNOWN_RUN = BeginResult(BeginOutcome.UNKNOWN_RUN)
+_KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
