@@ -16,8 +16,9 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ./client -e ./sidecar
 	touch $@
 
+# The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra.
 $(TSTAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql]' -e '.[test]'
 	touch $@
 
 run: $(STAMP)
@@ -32,8 +33,11 @@ lint: $(TSTAMP)
 typecheck: $(TSTAMP)
 	$(BIN)/mypy
 
+# Every test once on SQLite (the contract suite and tests/test_postgresql.py also start a
+# throwaway PostgreSQL server), then every end-to-end test again with PostgreSQL sidecars.
 unit: $(TSTAMP)
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --backend postgresql
 
 test: lint typecheck unit
 

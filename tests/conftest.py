@@ -32,6 +32,28 @@ def pytest_configure(config: pytest.Config) -> None:
     backends.select(config.getoption("--backend"))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    backend = backends.selected().name
+    if backend == "sqlite":
+        return
+    skip = pytest.mark.skip(reason=f"reads SQLite directly; the sidecars run on {backend}")
+    kept, dropped = [], []
+    for item in items:
+        if item.get_closest_marker("backend_independent"):
+            dropped.append(item)  # already run in the default pass: nothing here differs
+            continue
+        if item.get_closest_marker("sqlite_only"):
+            item.add_marker(skip)
+        kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    backends.POSTGRES.close()  # the throwaway server, if a test started it
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"storage backend of the end-to-end tests: {backends.selected().name}"
 

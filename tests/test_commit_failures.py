@@ -27,7 +27,7 @@ from openwop_memory_client import UpstreamUnavailableError
 from support.protocol import begin, put
 from support.sidecar import Sidecar
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
 
 A = Scope("tenant-a", "scope-a")
 B = Scope("tenant-b", "scope-b")

@@ -206,8 +206,10 @@ BAD_SETTINGS: list[tuple[str, tuple[str, ...], dict[str, str], str | None, tuple
     ("old-and-new-spelling-in-toml", (), {},
      'busy_timeout = "1s"\n[sqlite]\nbusy_timeout = "2s"\n',
      ("sqlite.busy_timeout", "busy_timeout (from config file {config})")),
-    ("postgresql-not-in-this-build", ("--database", "postgresql://memory@localhost/memory"),
-     {}, None, ("postgresql", "no postgresql backend")),
+    ("postgresql-unreachable",
+     ("--database", "postgresql://memory@/memory?host=/nonexistent",
+      "--postgresql-connect-timeout", "1s"),
+     {}, None, ("cannot open the PostgreSQL database", "check the URL")),
 ]  # fmt: skip
 
 
@@ -520,6 +522,7 @@ def test_sqlite_group_is_read_from_every_source(workdir: Path) -> None:
     assert load_settings({}, environ={}).sqlite == SqliteSettings()
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("source", ["flag", "env", "toml"])
 def test_an_old_flat_spelling_still_works_and_warns(workdir: Path, source: str) -> None:
     """``synchronous`` (now ``sqlite.synchronous``) given the old way takes effect, and the
@@ -545,6 +548,7 @@ def test_an_old_flat_spelling_still_works_and_warns(workdir: Path, source: str) 
     assert "OPENWOP_MEMORY_SQLITE_SYNCHRONOUS" in warnings[0]["message"]
 
 
+@pytest.mark.sqlite_only
 def test_the_new_spelling_takes_effect_without_a_warning(workdir: Path) -> None:
     with (
         Sidecar(workdir, "--sqlite-synchronous", "EXTRA") as sidecar,

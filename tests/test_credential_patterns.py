@@ -20,6 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openwop_memory.service.credential_patterns import PATTERNS, find_credentials
 
+pytestmark = pytest.mark.backend_independent
+
 UPPER_DIGITS = string.ascii_uppercase + string.digits
 ALNUM = string.ascii_letters + string.digits
 B64URL = ALNUM + "-_"

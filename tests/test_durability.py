@@ -127,6 +127,7 @@ class Burst:
         assert len(self.completed) < len(self.refs), "the kill did not land mid-burst"
 
 
+@pytest.mark.sqlite_only
 def test_acknowledged_puts_survive_repeated_sigkill_mid_burst(workdir: Path) -> None:
     database = workdir / "memory.db"
     writers, quota, kill_after = 6, 300, 120

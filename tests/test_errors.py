@@ -513,6 +513,7 @@ def test_no_error_carries_content_or_secret_values(shared_sidecar: Sidecar) -> N
 # -- upstream_unavailable: -32005 ----------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
     workdir: Path,
 ) -> None:

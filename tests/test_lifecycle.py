@@ -297,6 +297,7 @@ def test_socket_directory_is_created(workdir: Path) -> None:
         assert path.parent.is_dir()
 
 
+@pytest.mark.sqlite_only
 def test_newer_schema_refuses_to_start(workdir: Path) -> None:
     with Sidecar(workdir) as sidecar:
         ref = begin_writer(sidecar)

@@ -14,6 +14,8 @@ from openwop_memory.service.refs import ISSUED_PREFIX, RefCodec, is_malformed
 from openwop_memory.timefmt import format_us, parse_rfc3339
 from openwop_memory_client import ForbiddenError
 
+pytestmark = pytest.mark.backend_independent
+
 WIRE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 

@@ -23,8 +23,11 @@ import uuid
 from functools import cache
 from pathlib import Path
 
+import pytest
 from openwop_memory.service.redaction import Keyring, Redacted, redact_entry
 from support.disguises import fake_keys
+
+pytestmark = pytest.mark.backend_independent
 
 SEED = 4_2026_11_29
 MIN_CORPUS_BYTES = 4 << 20

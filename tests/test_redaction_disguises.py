@@ -37,6 +37,8 @@ from support.disguises import (
     surviving_windows,
 )
 
+pytestmark = pytest.mark.backend_independent
+
 KEYS: dict[str, str] = fake_keys(random.Random(20261129), 10)  # secret id -> value
 KEYRING = Keyring.compile({value: secret_id for secret_id, value in KEYS.items()})
 

@@ -117,6 +117,7 @@ def taggable(text: str) -> bool:
 # -- rewrite: every disguise, nothing on disk ----------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_no_form_of_a_secret_reaches_the_files_or_the_log(workdir: Path) -> None:
     problems: list[str] = []
     sent: dict[str, bytes] = {}  # disguised texts as sent, by a name for the report
@@ -222,6 +223,7 @@ def _put_error(c: RawClient, run: str, content: str, tags: list[str] | None = No
     return RpcError(response["error"])
 
 
+@pytest.mark.sqlite_only
 def test_reject_refuses_every_form_and_stores_nothing(workdir: Path) -> None:
     with Sidecar(workdir, "--redaction", "reject") as s, s.client() as c:
         c.call("run.begin", runId="w", tenant=TENANT, secrets=secrets_param(**SECRETS))
@@ -241,6 +243,7 @@ def test_reject_refuses_every_form_and_stores_nothing(workdir: Path) -> None:
     assert CONTENT_MARKER.encode() not in log
 
 
+@pytest.mark.sqlite_only
 def test_reject_disguised_rewrites_the_raw_value_and_refuses_a_disguise(workdir: Path) -> None:
     with Sidecar(workdir, "--redaction", "reject-disguised") as s, s.client() as c:
         c.call("run.begin", runId="w", tenant=TENANT, secrets=secrets_param(**SECRETS))
@@ -287,6 +290,7 @@ def _unregistered_credentials() -> dict[str, str]:
 PATTERN_MARKER = re.compile(r"\[REDACTED:pattern:[a-z0-9-]+\]")
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("policy", ["rewrite", "reject", "off"])
 def test_credential_patterns_policy(workdir: Path, policy: str) -> None:
     creds = _unregistered_credentials()

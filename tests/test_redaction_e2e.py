@@ -288,6 +288,7 @@ def test_redacted_output_never_holds_a_secret(client: SharedClient) -> None:
         assert first not in e["content"] and second not in e["content"], e
 
 
+@pytest.mark.sqlite_only
 def test_tag_grown_past_256_by_redaction_is_validation_error(
     sidecar: Sidecar, rpc: RawClient
 ) -> None:
@@ -346,6 +347,7 @@ def _leak(err: RpcError) -> tuple[str, list[str]]:
     return str(err.details.get("field")), ids
 
 
+@pytest.mark.sqlite_only
 def test_reject_policy_fails_the_put_and_writes_nothing(
     rejecting: tuple[Sidecar, RawClient],
 ) -> None:
@@ -382,6 +384,7 @@ def test_reject_policy_fails_the_put_and_writes_nothing(
     assert_absent({"log": s.log().encode()}, list(ALL_SECRETS))
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("policy", ["rewrite", "reject"])
 def test_field_names_the_tag_index_as_sent(workdir: Path, policy: str) -> None:
     """Empty and duplicate tags are dropped before redaction; ``details.field`` must still
@@ -402,6 +405,7 @@ def test_field_names_the_tag_index_as_sent(workdir: Path, policy: str) -> None:
 # -- nothing secret on disk or in the log -------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_no_secret_in_any_file_during_and_after_a_burst(workdir: Path) -> None:
     sidecar = Sidecar(workdir)
     with sidecar, sidecar.client() as c1, sidecar.client() as c2:

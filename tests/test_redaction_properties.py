@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import string
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from openwop_memory.service.credential_patterns import PATTERNS
 from openwop_memory.service.redaction import Keyring, marker, redact_entry
 from support.disguises import CASE_DISGUISES, DISGUISES, PUBLIC_PREFIXES, surviving_windows
+
+pytestmark = pytest.mark.backend_independent
 
 # A few hundred examples in all keep this file well under 20 s; every example compiles a
 # keyring (a few milliseconds) and redacts a short entry.

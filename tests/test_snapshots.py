@@ -202,6 +202,7 @@ def test_newest_first_and_created_at_non_decreasing(client: SharedClient) -> Non
     assert listing(client, "r", ref) == written[::-1]
 
 
+@pytest.mark.sqlite_only
 def test_ties_in_created_at_are_listed_in_commit_order(
     shared_sidecar: Sidecar, client: SharedClient
 ) -> None:
@@ -436,6 +437,7 @@ def pair(workdir: Path) -> Iterator[Pair]:
         yield sidecars
 
 
+@pytest.mark.sqlite_only
 def test_two_sidecars_share_commit_order(pair: Pair) -> None:
     a, _b, ca, cb = pair
     ref = issue(ca)

@@ -31,7 +31,7 @@ from openwop_memory.timefmt import now_us
 from openwop_memory_client import UpstreamUnavailableError
 from support.backends import BACKENDS, Backend
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 
 SECOND = 1_000_000
 DAY = 86_400 * SECOND

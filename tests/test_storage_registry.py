@@ -13,6 +13,8 @@ from openwop_memory.storage.base import StorageStartupError
 from openwop_memory.storage.registry import SCHEMES, create_storage, factory_for, scheme_of
 from openwop_memory.storage.sqlite import SqliteStorage
 
+pytestmark = pytest.mark.backend_independent
+
 
 def test_sqlite_url_makes_a_sqlite_store_with_the_group_settings(tmp_path: Path) -> None:
     settings = Settings.model_validate(
@@ -29,10 +31,20 @@ def test_sqlite_url_makes_a_sqlite_store_with_the_group_settings(tmp_path: Path)
     assert store.read_connections == 3
 
 
-def test_a_known_scheme_without_a_backend_in_this_build_is_a_clear_startup_error() -> None:
+def test_only_the_configured_backend_is_imported() -> None:
+    """A SQLite sidecar never imports the PostgreSQL driver (an optional extra)."""
+    code = (
+        "import sys\n"
+        "from openwop_memory.config import Settings\n"
+        "from openwop_memory.storage.registry import create_storage\n"
+        "create_storage(Settings(database='sqlite:///x.db'))\n"
+        "assert 'asyncpg' not in sys.modules, 'asyncpg imported'\n"
+        "assert 'openwop_memory.storage.postgresql' not in sys.modules\n"
+        "create_storage(Settings(database='postgresql://u@/d?host=/nowhere'))\n"
+        "assert 'asyncpg' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
     assert "postgresql" in SCHEMES
-    with pytest.raises(StorageStartupError, match="no postgresql backend"):
-        factory_for("postgresql://memory@localhost/memory")
 
 
 @pytest.mark.parametrize("url", ["mysql://x/y", "sqlite:/no-slashes", "", "memory.db"])

@@ -148,6 +148,7 @@ def test_entry_is_returned_before_and_not_after_expiry(client: SharedClient) -> 
         assert err.details.get("field") == "entry.expiresAt"
 
 
+@pytest.mark.sqlite_only
 def test_sweeper_removes_expired_entries_from_the_file(workdir: Path) -> None:
     with (
         Sidecar(workdir, "--sweep-interval", "0.2", "--replay-retention", "5") as s,
@@ -349,6 +350,7 @@ def test_concurrent_puts_with_one_key_write_once(client: SharedClient) -> None:
     assert listing(client, "r", ref) == [results[0]["result"]]
 
 
+@pytest.mark.sqlite_only
 def test_the_sweeper_survives_its_own_failures(workdir: Path) -> None:
     args = ("--sweep-interval", "0.2", "--replay-retention", "2", "--sqlite-busy-timeout", "50ms")
     with Sidecar(workdir, *args) as sidecar, sidecar.client() as c:

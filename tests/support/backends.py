@@ -8,6 +8,7 @@ maps that path to a database of its own (SQLite: the file itself).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 from openwop_memory.config import Settings
 from openwop_memory.storage.base import Storage
 from openwop_memory.storage.registry import create_storage
+
+from support.postgres import PostgresServer
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,44 @@ def _sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-BACKENDS: dict[str, Backend] = {"sqlite": Backend("sqlite", _sqlite_url)}
+class _PostgresDatabases:
+    """One throwaway server for the whole test session, started on first use, and one
+    database per path a test names (created on first use, the same one after that)."""
+
+    def __init__(self) -> None:
+        self.server: PostgresServer | None = None
+        self._created: set[str] = set()
+
+    def url_for(self, path: Path) -> str:
+        if self.server is None:
+            self.server = PostgresServer().__enter__()
+        name = self.database_name(path)
+        if name not in self._created:
+            self.server.create_database(name)
+            self._created.add(name)
+        return self.server.url(name)
+
+    def database_name(self, path: Path) -> str:
+        return "t_" + hashlib.sha256(str(path).encode()).hexdigest()[:24]
+
+    def psql(self, path: Path, sql: str) -> str:
+        """Run ``sql`` as the superuser in the database of ``path`` (made if need be)."""
+        self.url_for(path)
+        assert self.server is not None
+        return self.server.psql(sql, self.database_name(path))
+
+    def close(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.close()
+
+
+POSTGRES = _PostgresDatabases()
+
+BACKENDS: dict[str, Backend] = {
+    "sqlite": Backend("sqlite", _sqlite_url),
+    "postgresql": Backend("postgresql", POSTGRES.url_for),
+}
 
 _selected = "sqlite"
 

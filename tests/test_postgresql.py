@@ -1,0 +1,322 @@
+"""The PostgreSQL backend with several sidecars on one database: exact snapshots whatever the
+interleaving, one migration however many start at once, and a database that goes away.
+
+These run in every test session (a throwaway server, see ``support.postgres``), whichever
+backend ``--backend`` chose for the other end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from support.backends import BACKENDS, POSTGRES, Backend
+from support.names import uid
+from support.polling import wait_for
+from support.postgres import PostgresServer
+from support.sidecar import EXE, RawClient, RpcError, Sidecar
+
+pytestmark = pytest.mark.backend_independent
+
+PG = BACKENDS["postgresql"]
+
+
+@contextmanager
+def fleet(workdir: Path, count: int, backend: Backend = PG, *args: str) -> Iterator[list[Sidecar]]:
+    """``count`` running sidecars sharing the database ``workdir/shared``."""
+    database = workdir / "shared"
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                Sidecar(
+                    workdir,
+                    *args,
+                    database=database,
+                    socket_path=workdir / f"s{n}.sock",
+                    backend=backend,
+                )
+            )
+            for n in range(count)
+        ]
+
+
+def contents(client: RawClient, tenant: str, ref: str = "scope") -> list[str]:
+    run = uid("reader")
+    client.call("run.begin", runId=run, tenant=tenant)
+    return [e["content"] for e in client.call("memory.list", runId=run, memoryRef=ref)]
+
+
+# -- exact snapshots ------------------------------------------------------------------------
+
+
+def test_a_write_in_flight_across_another_sidecars_begin(workdir: Path) -> None:
+    """Sidecar A's put is held inside its transaction (a trigger sleeps after its insert)
+    while sidecar B begins a run of the same tenant. B's begin waits for that write, so the
+    write committed before the begin answered and the run sees it; a write sent after the
+    begin answered is never seen. A run of another tenant does not wait."""
+    with fleet(workdir, 2) as (a, b), a.client() as ca, b.client() as cb, b.client() as cb2:
+        ca.call("run.begin", runId="writer", tenant="t")
+        ca.call("run.begin", runId="other-writer", tenant="u")
+        ca.call("memory.put", runId="writer", memoryRef="scope", entry={"content": "warm-up"})
+        POSTGRES.psql(
+            workdir / "shared",
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(1.5); RETURN NEW; END $$;"
+            " CREATE TRIGGER slow AFTER INSERT ON entries FOR EACH ROW"
+            " WHEN (convert_from(NEW.content, 'UTF8') = 'slow') EXECUTE FUNCTION slow()",
+        )
+        answered: dict[str, float] = {}
+
+        def slow_put() -> None:
+            ca.call("memory.put", runId="writer", memoryRef="scope", entry={"content": "slow"})
+            answered["put"] = time.monotonic()
+
+        with ThreadPoolExecutor(1) as pool:
+            put = pool.submit(slow_put)
+            time.sleep(0.5)  # the put is now inside its transaction, holding t's clock
+            started = time.monotonic()
+            cb2.call("run.begin", runId="u-run", tenant="u")
+            other_tenant_wait = time.monotonic() - started
+            cb.call("run.begin", runId="t-run", tenant="t")
+            answered["begin"] = time.monotonic()
+            put.result()
+        assert other_tenant_wait < 0.5, "a begin of another tenant queued behind t's write"
+        assert answered["put"] <= answered["begin"]
+        ca.call("memory.put", runId="writer", memoryRef="scope", entry={"content": "after"})
+        seen = cb.call("memory.list", runId="t-run", memoryRef="scope")
+        assert [e["content"] for e in seen] == ["slow", "warm-up"]
+
+
+@dataclass
+class History:
+    """What each worker did, with the monotonic times each call was sent and answered."""
+
+    puts: list[tuple[str, str, float, float]] = field(default_factory=list)  # tenant, id, s, a
+    deletes: list[tuple[str, str, float, float]] = field(default_factory=list)
+    views: list[tuple[str, set[str], float, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _worker(sidecar: Sidecar, seed: int, history: History, until: float) -> None:
+    rng = random.Random(seed)
+    tenants = ("t1", "t2")
+    with sidecar.client() as c:
+        writers = {t: f"w{seed}-{t}" for t in tenants}
+        for tenant, run in writers.items():
+            c.call("run.begin", runId=run, tenant=tenant)
+        mine: list[tuple[str, str]] = []
+        n = 0
+        while time.monotonic() < until:
+            tenant = rng.choice(tenants)
+            roll = rng.random()
+            sent = time.monotonic()
+            if roll < 0.6:
+                entry = c.call(
+                    "memory.put", runId=writers[tenant], memoryRef="scope", entry={"content": "x"}
+                )
+                with history.lock:
+                    history.puts.append((tenant, entry["id"], sent, time.monotonic()))
+                mine.append((tenant, entry["id"]))
+            elif roll < 0.7 and mine:
+                tenant, victim = mine.pop(rng.randrange(len(mine)))
+                if c.call("memory.delete", runId=writers[tenant], memoryRef="scope", id=victim):
+                    with history.lock:
+                        history.deletes.append((tenant, victim, sent, time.monotonic()))
+            else:
+                n += 1
+                run = f"v{seed}-{n}"
+                c.call("run.begin", runId=run, tenant=tenant)
+                answered = time.monotonic()
+                listed = c.call(
+                    "memory.list", runId=run, memoryRef="scope", options={"limit": 1000}
+                )
+                with history.lock:
+                    history.views.append((tenant, {e["id"] for e in listed}, sent, answered))
+
+
+def test_three_sidecars_views_follow_real_time(workdir: Path) -> None:
+    """Three sidecars write, delete and begin runs of two tenants at once. For every run's
+    view: a put answered before the begin was sent is in it (unless a delete answered
+    before the begin was sent removed it), a put sent after the begin answered is not, and
+    it is closed under real-time order (a put answered before a seen put was sent is seen,
+    unless deleted)."""
+    with fleet(workdir, 3) as sidecars:
+        history = History()
+        until = time.monotonic() + 4
+        with ThreadPoolExecutor(6) as pool:
+            for f in [pool.submit(_worker, sidecars[n % 3], n, history, until) for n in range(6)]:
+                f.result()
+    assert len(history.views) > 20 and len(history.puts) > 100, (
+        len(history.views),
+        len(history.puts),
+    )
+    deleted = {eid: (s, a) for _, eid, s, a in history.deletes}
+    checked = 0
+    for tenant, view, begin_sent, begin_answered in history.views:
+        for t, eid, put_sent, put_answered in history.puts:
+            if t != tenant:
+                assert eid not in view, "a run saw another tenant's entry"
+                continue
+            gone = deleted.get(eid)
+            if put_sent > begin_answered:
+                assert eid not in view, "a run saw a put sent after its begin answered"
+            elif put_answered < begin_sent:
+                if gone is None or gone[0] > begin_answered:
+                    assert eid in view, "a run missed a put answered before its begin"
+                    checked += 1
+                elif gone[1] < begin_sent:
+                    assert eid not in view, "a run saw an entry deleted before its begin"
+        seen_sent = [s for t, eid, s, _ in history.puts if t == tenant and eid in view]
+        if seen_sent:
+            latest = max(seen_sent)
+            for t, eid, _, put_answered in history.puts:
+                if t == tenant and put_answered < latest and eid not in deleted:
+                    assert eid in view, "a view is not closed under real-time order"
+    assert checked > 100, checked
+
+
+# -- start-up -------------------------------------------------------------------------------
+
+
+def test_ten_sidecars_starting_at_once_migrate_once(workdir: Path) -> None:
+    """Ten sidecars started together on an empty database all come up, with one schema."""
+    url = PG.url_for(workdir / "empty")
+    procs = []
+    for n in range(10):
+        log = open(workdir / f"start-{n}.log", "wb")  # noqa: SIM115 - closed below
+        argv = [EXE, "serve", "--socket", str(workdir / f"{n}.sock"), "--database", url]
+        procs.append((subprocess.Popen(argv, stdout=log, stderr=log), log))
+    try:
+        for n in range(10):
+            probe = Sidecar(workdir, socket_path=workdir / f"{n}.sock", backend=PG)
+            wait_for(probe.ready, 30, f"sidecar {n} ready")
+    finally:
+        for proc, log in procs:
+            proc.terminate()
+            proc.wait(20)
+            log.close()
+    rows = POSTGRES.psql(workdir / "empty", "SELECT version FROM openwop_schema_migrations")
+    assert rows.split() == ["1"]
+    assert all(proc.returncode == 0 for proc, _ in procs)
+
+
+def test_a_newer_schema_is_refused_with_a_clear_message(workdir: Path) -> None:
+    with Sidecar(workdir, database=workdir / "db", backend=PG):
+        pass
+    POSTGRES.psql(workdir / "db", "INSERT INTO openwop_schema_migrations (version) VALUES (999)")
+    sidecar = Sidecar(workdir, database=workdir / "db", backend=PG)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        sidecar.start()
+    assert "schema is version 999, newer than this sidecar knows" in sidecar.log()
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+def _health_exit(sidecar: Sidecar) -> int:
+    return subprocess.run(
+        [EXE, "health", "--socket", str(sidecar.socket), "--timeout", "20"],
+        capture_output=True,
+        check=False,
+    ).returncode
+
+
+def test_the_database_going_away_under_load(workdir: Path) -> None:
+    """While writers put with idempotency keys, the server crashes and stays down a while:
+    calls fail fast with upstream_unavailable, health exits 1 (degraded), and once the
+    server is back the sidecar recovers by itself. No acknowledged put is lost, and putting
+    again with the keys of the unacknowledged ones writes each once."""
+    with PostgresServer() as server:
+        url = server.create_database("faults")
+        backend = Backend("faults", lambda _path: url)
+        args = ("--postgresql-command-timeout", "2s", "--postgresql-connect-timeout", "1s")
+        with Sidecar(workdir, *args, backend=backend) as sidecar:
+            acked: dict[str, str] = {}  # key → entry id
+            unacked: set[str] = set()
+            codes: set[str] = set()  # of the failed puts
+            stop = threading.Event()
+
+            def writer(n: int) -> None:
+                with sidecar.client(timeout=30) as c:
+                    c.call("run.begin", runId=f"w{n}", tenant="t")
+                    for i in range(100_000):
+                        if stop.is_set():
+                            return
+                        key = f"k{n}-{i}"
+                        try:
+                            entry = c.call(
+                                "memory.put",
+                                runId=f"w{n}",
+                                memoryRef="scope",
+                                entry={"content": key},
+                                idempotencyKey=key,
+                            )
+                        except RpcError as exc:
+                            codes.add(exc.code)
+                            unacked.add(key)
+                            time.sleep(0.01)
+                        else:
+                            acked[key] = entry["id"]
+
+            with sidecar.client() as c:
+                c.call("run.begin", runId="probe", tenant="t")  # before the crash
+            with ThreadPoolExecutor(4) as pool:
+                futures = [pool.submit(writer, n) for n in range(4)]
+                try:
+                    wait_for(lambda: len(acked) > 200, 20, "writes before the crash")
+                    server.stop("immediate")
+                    with sidecar.client() as c:
+                        started = time.monotonic()
+                        err = c.error("memory.list", runId="probe", memoryRef="scope")
+                        assert err.code == "upstream_unavailable", err.error
+                        assert time.monotonic() - started < 3.5
+                    assert _health_exit(sidecar) == 1
+                    time.sleep(1)
+                    server.start()
+                    wait_for(lambda: _health_exit(sidecar) == 0, 20, "health ok again")
+                    count = len(acked)
+                    wait_for(lambda: len(acked) > count + 100, 20, "writes after recovery")
+                finally:
+                    stop.set()
+                for f in futures:
+                    f.result()
+            with sidecar.client() as c:
+                c.call("run.begin", runId="retry", tenant="t")
+                for key in sorted(unacked):
+                    c.call(
+                        "memory.put",
+                        runId="retry",
+                        memoryRef="scope",
+                        entry={"content": key},
+                        idempotencyKey=key,
+                    )
+                c.call("run.begin", runId="final", tenant="t")
+                listed = c.call(
+                    "memory.list", runId="final", memoryRef="scope", options={"limit": 1000}
+                )
+        stored = server.psql("SELECT convert_from(content, 'UTF8') FROM entries", "faults").split()
+    assert unacked, "no call failed: the server did not go away under load"
+    assert codes == {"upstream_unavailable"}
+    assert set(acked) <= set(stored), "an acknowledged put was lost"
+    assert len(stored) == len(set(stored)), "a retried key wrote twice"
+    assert set(stored) == set(acked) | unacked
+    assert {e["id"] for e in listed} <= set(acked.values()) | {e["id"] for e in listed}
+
+
+def test_sidecars_with_any_tenant_mix_share_memory(workdir: Path) -> None:
+    """What one sidecar writes, another's new runs read, per tenant and never across."""
+    with fleet(workdir, 2) as (a, b), a.client() as ca, b.client() as cb:
+        for tenant in ("t1", "t2"):
+            ca.call("run.begin", runId=f"w-{tenant}", tenant=tenant)
+            ca.call("memory.put", runId=f"w-{tenant}", memoryRef="scope", entry={"content": tenant})
+        assert contents(cb, "t1") == ["t1"]
+        assert contents(cb, "t2") == ["t2"]
+        assert contents(cb, "t3") == []
