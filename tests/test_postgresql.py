@@ -320,3 +320,47 @@ def test_sidecars_with_any_tenant_mix_share_memory(workdir: Path) -> None:
         assert contents(cb, "t1") == ["t1"]
         assert contents(cb, "t2") == ["t2"]
         assert contents(cb, "t3") == []
+
+
+def test_a_database_turned_read_only_is_degraded_until_writable(workdir: Path) -> None:
+    """As after a failover to a standby: reads go on, every write fails with
+    upstream_unavailable, health lists writes_failing (exit 1), and once the database
+    takes writes again health is ok by itself and puts go through."""
+    path = workdir / "db"
+
+    def read_only(on: bool) -> None:
+        name = POSTGRES.database_name(path)
+        setting = "SET default_transaction_read_only = on" if on else "RESET ALL"
+        assert POSTGRES.server is not None
+        # From another database: sessions in this one may be read-only by now.
+        POSTGRES.server.psql(f'ALTER DATABASE "{name}" {setting}')
+        POSTGRES.server.psql(  # open connections keep their settings: make the pool reconnect
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        )
+
+    with Sidecar(workdir, database=path, backend=PG) as sidecar, sidecar.client() as c:
+        c.call("run.begin", runId="w", tenant="t")
+        c.call("memory.put", runId="w", memoryRef="scope", entry={"content": "before"})
+        read_only(True)
+        wait_for(lambda: _put_fails(sidecar, "w"), 10, "a put to fail on the read-only database")
+        health = c.call("sidecar.health")
+        assert health["status"] == "degraded", health
+        assert health["storage"]["problems"] == ["writes_failing"]
+        assert health["storage"]["lastWriteError"] == "25006"  # read_only_sql_transaction
+        assert _health_exit(sidecar) == 1
+        assert [e["content"] for e in c.call("memory.list", runId="w", memoryRef="scope")] == []
+        read_only(False)
+        wait_for(lambda: _health_exit(sidecar) == 0, 10, "health ok again")
+        c.call("memory.put", runId="w", memoryRef="scope", entry={"content": "after"})
+        assert sorted(contents(c, "t")) == ["after", "before"]
+
+
+def _put_fails(sidecar: Sidecar, run: str) -> bool:
+    with sidecar.client() as c:
+        answer = c.request(
+            "memory.put", {"runId": run, "memoryRef": "scope", "entry": {"content": "x"}}
+        )
+    if "error" not in answer:
+        return False
+    assert answer["error"]["data"]["error"] == "upstream_unavailable", answer
+    return True

@@ -24,6 +24,7 @@ connection. A failed commit leaves no trace: new scope ids are cached only once 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -50,7 +51,7 @@ from .base import (
     StorageStartupError,
     SweepCounts,
 )
-from .postgresql_errors import is_retryable, translate_errors
+from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS
 
 T = TypeVar("T")
@@ -106,6 +107,7 @@ class PostgresqlStorage:
         self._scope_cache_size = scope_cache_size
         self._schema_version = 0
         self._closed = False
+        self._write_error: str | None = None  # the reason, while the latest write failed
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -125,7 +127,7 @@ class PostgresqlStorage:
         except StorageStartupError:
             await self.close()
             raise
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+        except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
             await self.close()
             reason = getattr(exc, "sqlstate", None) or type(exc).__name__
             raise StorageStartupError(
@@ -188,13 +190,22 @@ class PostgresqlStorage:
             try:
                 async with self._acquire() as conn:
                     return await fn(conn)
-            except (asyncpg.InterfaceError, OSError):
+            except CONNECTION_ERRORS:
                 await self._expire_idle()
                 raise
 
     async def _write(self, fn: Callable[[Conn, Effects], Awaitable[T]]) -> T:
         """``fn`` in a transaction of its own, retried on a deadlock or serialization failure;
         the effects ``fn`` registers run only after COMMIT succeeded."""
+        try:
+            result = await self._write_once(fn)
+        except UpstreamUnavailableError as exc:
+            self._write_error = str(exc.details.get("reason", exc.code))
+            raise
+        self._write_error = None
+        return result
+
+    async def _write_once(self, fn: Callable[[Conn, Effects], Awaitable[T]]) -> T:
         with translate_errors():
             for attempt in range(_RETRIES):
                 effects: Effects = []
@@ -205,7 +216,7 @@ class PostgresqlStorage:
                     if is_retryable(exc) and attempt + 1 < _RETRIES:
                         continue
                     raise
-                except (asyncpg.InterfaceError, OSError):
+                except CONNECTION_ERRORS:
                     await self._expire_idle()
                     raise
                 for effect in effects:
@@ -516,20 +527,35 @@ class PostgresqlStorage:
         return counts
 
     async def health(self) -> StorageHealth:
+        """``writes_failing`` (and ``lastWriteError``) while the latest write failed; a health
+        check then tries an empty write first, so health turns ok by itself."""
+
         async def probe(conn: Conn) -> Any:
             return await conn.fetchval("SELECT current_setting('server_version_num')::int")
 
         version = await self._read(probe)
+        if self._write_error is not None:
+            with contextlib.suppress(UpstreamUnavailableError):
+                await self._write(_empty_write)
+        problems = () if self._write_error is None else ("writes_failing",)
+        failure = {} if self._write_error is None else {"lastWriteError": self._write_error}
         pool = self._pool
         return StorageHealth(
             backend="postgresql",
             schema_version=self._schema_version,
+            problems=problems,
             properties={
+                **failure,
                 "serverVersion": int(version),
                 "poolSize": pool.get_size() if pool is not None else 0,
                 "poolIdle": pool.get_idle_size() if pool is not None else 0,
             },
         )
+
+
+async def _empty_write(conn: Conn, effects: Effects) -> None:
+    """A write that changes nothing: whether the database takes writes at all."""
+    await conn.execute("UPDATE meta SET value = value WHERE key = 'ref_mac_key'")
 
 
 async def _take_clock(conn: Conn, tenant: str, count: int) -> tuple[int, int]:

@@ -8,6 +8,10 @@ from collections.abc import Iterator
 import asyncpg
 from openwop_memory_client import UpstreamUnavailableError
 
+# The connection is unusable (closed, reset, its backend terminated, a broken protocol
+# state: asyncpg's InternalClientError), or the server did not answer in time.
+CONNECTION_ERRORS = (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError)
+
 # Worth one more try in a fresh transaction: nothing was written, and the conflict is gone.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
 
@@ -26,7 +30,7 @@ def translate_errors() -> Iterator[None]:
             "the PostgreSQL database is failing",
             {"backend": "postgresql", "reason": exc.sqlstate or type(exc).__name__},
         ) from None
-    except (asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except CONNECTION_ERRORS as exc:
         raise UpstreamUnavailableError(
             "the PostgreSQL database is unreachable",
             {"backend": "postgresql", "reason": type(exc).__name__},
