@@ -34,10 +34,14 @@ class Target:
 
 @dataclass(frozen=True)
 class Metric:
+    """One measured value; metrics of one name in different ``column``s (say ``sqlite`` and
+    ``postgresql``) share a table row."""
+
     name: str
     value: float
     unit: str
     target: Target | None = None
+    column: str = ""
 
     @property
     def passed(self) -> bool | None:
@@ -51,6 +55,7 @@ class Metric:
             "unit": self.unit,
             "target": None if self.target is None else str(self.target),
             "pass": self.passed,
+            "column": self.column or None,
         }
 
 
@@ -67,19 +72,31 @@ def _number(value: float) -> str:
 
 
 def format_table(metrics: Sequence[Metric]) -> str:
-    header = ("metric", "value", "unit", "target", "pass/fail")
-    rows = [
-        (
-            m.name,
-            _number(m.value),
-            m.unit,
-            "-" if m.target is None else str(m.target),
-            {None: "-", True: "PASS", False: "FAIL"}[m.passed],
+    """An aligned table: a row per metric name, a value column per ``Metric.column`` (one
+    ``value`` column when no metric names one), and each column's verdict under pass/fail."""
+    columns = list(dict.fromkeys(m.column for m in metrics))
+    by_name: dict[str, dict[str, Metric]] = {}
+    for m in metrics:
+        by_name.setdefault(m.name, {})[m.column] = m
+    header = ("metric", *(c or "value" for c in columns), "unit", "target", "pass/fail")
+    rows = []
+    for name, cells in by_name.items():
+        first = next(iter(cells.values()))
+        verdicts = [
+            {None: "-", True: "PASS", False: "FAIL"}[cells[c].passed] if c in cells else "-"
+            for c in columns
+        ]
+        rows.append(
+            (
+                name,
+                *(_number(cells[c].value) if c in cells else "-" for c in columns),
+                first.unit,
+                "-" if first.target is None else str(first.target),
+                "-" if set(verdicts) == {"-"} else " / ".join(verdicts),
+            )
         )
-        for m in metrics
-    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = {1}  # numbers line up on their last digit
+    right = set(range(1, 1 + len(columns)))  # numbers line up on their last digit
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(

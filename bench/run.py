@@ -22,10 +22,14 @@ from typing import Literal
 if not __package__:
     # Run as a script, sys.path[0] is bench/ itself; the suites import each other as bench.*.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The throwaway PostgreSQL server is the tests' (tests/support/postgres.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import orjson
 
 from bench.lean_client import ProtocolFailure, RpcError
+from bench.postgresql_bench import PostgresqlBenchConfig
+from bench.postgresql_bench import run as run_postgresql
 from bench.proc import ServerFailed
 from bench.redaction_bench import RedactionBenchConfig
 from bench.redaction_bench import run as run_redaction
@@ -49,10 +53,11 @@ class Options:
     profile_clock: Literal["wall", "cpu"]
     sidecar_exe: str
     sidecar_args: tuple[str, ...]
+    postgresql: bool
 
 
-async def sidecar_suite(options: Options, workdir: Path) -> SuiteResult:
-    config = SidecarBenchConfig(
+def _sidecar_config(options: Options, workdir: Path, column: str) -> SidecarBenchConfig:
+    return SidecarBenchConfig(
         workdir=workdir,
         entries=options.entries,
         seconds=options.seconds,
@@ -65,8 +70,25 @@ async def sidecar_suite(options: Options, workdir: Path) -> SuiteResult:
         sidecar_args=options.sidecar_args,
         profile=options.profile,
         profile_clock=options.profile_clock,
+        column=column,
     )
-    return await run_sidecar(config)
+
+
+async def sidecar_suite(options: Options, workdir: Path) -> SuiteResult:
+    return await run_sidecar(_sidecar_config(options, workdir, "sqlite"))
+
+
+async def postgresql_suite(options: Options, workdir: Path) -> SuiteResult:
+    """The sidecar suite again on PostgreSQL, plus the fleet and big-table rows."""
+    if not options.postgresql:
+        return SuiteResult(notes=["postgresql: not run (--no-postgresql)"])
+    config = PostgresqlBenchConfig(
+        sidecar=_sidecar_config(options, workdir, "postgresql"),
+        fleet_seconds=options.seconds,
+        big_entries=20_000 if options.quick else 1_000_000,
+        list_samples=100 if options.quick else 1000,
+    )
+    return await run_postgresql(config)
 
 
 async def redaction_suite(options: Options, workdir: Path) -> SuiteResult:
@@ -76,7 +98,11 @@ async def redaction_suite(options: Options, workdir: Path) -> SuiteResult:
 
 
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
-SUITES: list[tuple[str, Suite]] = [("sidecar", sidecar_suite), ("redaction", redaction_suite)]
+SUITES: list[tuple[str, Suite]] = [
+    ("sidecar", sidecar_suite),
+    ("postgresql", postgresql_suite),
+    ("redaction", redaction_suite),
+]
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -92,6 +118,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         "--quick", action="store_true", help="small sizes for a smoke run (2000 entries, 1 s)"
     )
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
+    parser.add_argument(
+        "--no-postgresql",
+        action="store_true",
+        help="skip the PostgreSQL column (it starts a throwaway server)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--profile", type=Path, help="run the sidecar under cProfile to this file")
     parser.add_argument(
@@ -127,6 +158,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         profile_clock=args.profile_clock,
         sidecar_exe=args.sidecar_exe,
         sidecar_args=tuple(args.sidecar_arg),
+        postgresql=not args.no_postgresql,
     )
     if options.entries < 1 or options.samples < 1 or options.warmup < 0 or options.clients < 1:
         parser.error("--entries, --samples and --clients must be positive, --warmup >= 0")
@@ -157,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("bench: FAILED", file=sys.stderr)
         return 1
-    print(format_table(metrics))
+    # The backends' suites side by side, then the rest (the redactor) in a table of its own.
+    by_backend = [m for m in metrics if m.column]
+    others = [m for m in metrics if not m.column]
+    print("\n\n".join(format_table(group) for group in (by_backend, others) if group))
     for note in notes:
         print(note)
     if options.json:

@@ -19,6 +19,7 @@ further suites.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import math
 import os
@@ -90,6 +91,8 @@ class SidecarBenchConfig:
     sidecar_args: tuple[str, ...] = ()
     profile: Path | None = None  # run the sidecar under cProfile, dump the stats here
     profile_clock: Literal["wall", "cpu"] = "wall"
+    database_url: str = ""  # default: a fresh SQLite file in workdir
+    column: str = ""  # the table column of this run's metrics (the backend's name)
 
 
 @dataclass
@@ -411,7 +414,7 @@ class SidecarUnderTest:
 
     def _argv(self) -> list[str]:
         config = self.config
-        database = f"sqlite:///{config.workdir / 'memory.db'}"
+        database = config.database_url or f"sqlite:///{config.workdir / 'memory.db'}"
         serve = ["serve", "--socket", self.socket_path, "--database", database]
         if config.profile is not None:
             # Same process (RSS and CPU stay the sidecar's), plus the profiler's overhead.
@@ -784,6 +787,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
     error_lines = _error_log_lines(server.log_path)
     metrics.append(Metric("sidecar error log lines", float(len(error_lines)), "", Target("==", 0)))
 
+    result.metrics[:] = [dataclasses.replace(m, column=config.column) for m in metrics]
     result.notes.append(f"sidecar source: {source}")
     result.notes.append(
         f"host: {os.cpu_count()} CPUs; 1-min load average {load_before:.2f} before,"

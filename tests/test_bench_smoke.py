@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.backend_independent  # it runs both backends itself
+
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = 2000
 
@@ -44,24 +48,39 @@ METRICS = [
     "error or wrong answers",
     "sidecar error log lines",
 ]
+POSTGRESQL_ONLY = [
+    "put throughput, 1 sidecar(s) on one database, 32 tenants",
+    "put throughput, 2 sidecar(s) on one database, 32 tenants",
+    "put throughput, 4 sidecar(s) on one database, 32 tenants",
+    "fleet put throughput, 4 sidecars / 1",
+    "list(100) p50 on the big table",
+    "list(100) p99 on the big table",
+]
 # Correctness rows, not speed: these must pass on any machine.
 MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidecar error log lines"]
 
 
 def test_quick_bench_prints_every_metric() -> None:
+    """Both backends' columns (PostgreSQL on a throwaway server), every row, and the
+    correctness rows passing in each."""
     argv = [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json"]
     argv += ["--entries", str(ENTRIES), "--seconds", "1", "--samples", "200", "--warmup", "20"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=100, check=False)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["metric", "value", "unit", "target", "pass/fail"]
+    assert lines[0].split() == ["metric", "sqlite", "postgresql", "unit", "target", "pass/fail"]
     table_rows = {line.split("  ")[0] for line in lines[2:] if "  " in line}
-    results = {m["metric"]: m for m in json.loads(lines[-1])["metrics"]}
-    for name in METRICS:
+    results = {(m["metric"], m["column"]): m for m in json.loads(lines[-1])["metrics"]}
+    expected = [(name, column) for name in METRICS for column in ("sqlite", "postgresql")]
+    expected += [(name, "postgresql") for name in POSTGRESQL_ONLY]
+    for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
-        assert name in results, f"no JSON result {name!r}"
-        assert results[name]["value"] is not None, f"{name!r} has no value"
+        assert (name, column) in results, f"no JSON result {name!r} for {column}"
+        assert results[name, column]["value"] is not None, f"{name!r} has no {column} value"
     for name in MUST_PASS:
-        assert results[name]["pass"] is True, f"{name}: {results[name]}\n{proc.stdout}"
-    assert results["entries loaded into one scope"]["value"] == ENTRIES
+        for column in ("sqlite", "postgresql"):
+            result = results[name, column]
+            assert result["pass"] is True, f"{name} ({column}): {result}\n{proc.stdout}"
+    assert results["entries loaded into one scope", "sqlite"]["value"] == ENTRIES
+    assert results["entries loaded into one scope", "postgresql"]["value"] == ENTRIES
