@@ -364,3 +364,33 @@ def _put_fails(sidecar: Sidecar, run: str) -> bool:
         return False
     assert answer["error"]["data"]["error"] == "upstream_unavailable", answer
     return True
+
+
+def test_a_failed_commit_never_moves_an_entry_to_another_tenant(workdir: Path) -> None:
+    """Issue 7's finding 1 on PostgreSQL: tenant A's first put to a new scope fails after
+    the scope's row was written (a trigger fails the entry's insert); tenant B then writes
+    its first entry to a new scope; A retries. Each entry is in its own tenant's scope, and
+    stays there after a restart."""
+    path = workdir / "db"
+    with Sidecar(workdir, database=path, backend=PG) as sidecar, sidecar.client() as c:
+        POSTGRES.psql(
+            path,
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused'; END $$;"
+            " CREATE TRIGGER refuse BEFORE INSERT ON entries FOR EACH ROW"
+            " WHEN (convert_from(NEW.content, 'UTF8') = 'a') EXECUTE FUNCTION refuse()",
+        )
+        c.call("run.begin", runId="a", tenant="tenant-a")
+        c.call("run.begin", runId="b", tenant="tenant-b")
+        err = c.error("memory.put", runId="a", memoryRef="scope-a", entry={"content": "a"})
+        assert err.code == "upstream_unavailable", err.error
+        POSTGRES.psql(path, "DROP TRIGGER refuse ON entries")
+        c.call("memory.put", runId="b", memoryRef="scope-b", entry={"content": "b"})
+        c.call("memory.put", runId="a", memoryRef="scope-a", entry={"content": "a"})
+        assert contents(c, "tenant-a", "scope-a") == ["a"]
+        assert contents(c, "tenant-b", "scope-b") == ["b"]
+    with Sidecar(workdir, database=path, backend=PG) as again, again.client() as c:
+        assert contents(c, "tenant-a", "scope-a") == ["a"]
+        assert contents(c, "tenant-b", "scope-b") == ["b"]
+    scopes = POSTGRES.psql(path, "SELECT count(*) FROM scopes").split()
+    assert scopes == ["2"], scopes
