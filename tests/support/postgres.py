@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Self
 
@@ -136,3 +138,50 @@ class PostgresServer:
             self.stop("immediate")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PgBouncer:
+    """PgBouncer in transaction mode in front of ``server``, on a Unix socket of its own.
+
+    ``default_pool_size`` server connections per database are shared by every client
+    connection, transaction by transaction: what a transaction-mode pooler allows is all
+    a client may rely on (no session state between transactions).
+    """
+
+    def __init__(self, server: PostgresServer, *, default_pool_size: int = 3) -> None:
+        self.server = server
+        self.dir = server.root / "pgbouncer"
+        self.dir.mkdir()
+        self.ini = self.dir / "pgbouncer.ini"
+        self.ini.write_text(
+            f"[databases]\n* = host={server.socket_dir}\n"
+            "[pgbouncer]\nlisten_addr =\n"
+            f"unix_socket_dir = {self.dir}\nlisten_port = 6432\n"
+            f"auth_type = trust\nauth_file = {self.dir}/users.txt\n"
+            f"pool_mode = transaction\ndefault_pool_size = {default_pool_size}\n"
+            "max_client_conn = 1000\n"
+            f"logfile = {self.dir}/pgbouncer.log\npidfile = {self.dir}/pgbouncer.pid\n"
+        )
+        (self.dir / "users.txt").write_text('"postgres" ""\n')
+        if server._as_postgres:  # PgBouncer refuses to run as root, like initdb
+            user = pwd.getpwnam("postgres")
+            for path in (self.dir, self.ini, self.dir / "users.txt"):
+                os.chown(path, user.pw_uid, user.pw_gid)
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@/{database}?host={self.dir}&port=6432"
+
+    def __enter__(self) -> Self:
+        exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        self.server._run(exe, "-d", str(self.ini))
+        deadline = time.monotonic() + 10
+        while not (self.dir / ".s.PGSQL.6432").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("pgbouncer did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pid = self.dir / "pgbouncer.pid"
+        if pid.exists():
+            os.kill(int(pid.read_text().strip()), signal.SIGTERM)
