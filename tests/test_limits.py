@@ -252,7 +252,9 @@ def test_running_out_of_descriptors_pauses_accepting_and_serving_goes_on(
     Now, with the running sidecar's descriptor limit lowered (``prlimit``) to a few more
     than it uses, and twice as many connections opened: it keeps running, the connections
     it had accepted keep being answered, the failure is logged once, and the connections
-    left waiting are accepted and answered once the first ones close.
+    left waiting are accepted and answered once the first ones close. The probe is
+    ``sidecar.stats``: it needs no descriptor of the backend's (a PostgreSQL pool may want
+    a new connection, and then health rightly says degraded).
     """
     sidecar = scratch.enter_context(Sidecar(workdir))
     pid = pid_of(sidecar)
@@ -263,10 +265,10 @@ def test_running_out_of_descriptors_pauses_accepting_and_serving_goes_on(
     waiting: list[RawClient] = []
     try:
         for c in first:
-            c.send_line(b'{"jsonrpc":"2.0","id":1,"method":"sidecar.health"}')
+            c.send_line(b'{"jsonrpc":"2.0","id":1,"method":"sidecar.stats"}')
         waiting = [sidecar.client(timeout=20) for _ in range(spare)]
         for c in waiting:
-            c.send_line(b'{"jsonrpc":"2.0","id":2,"method":"sidecar.health"}')
+            c.send_line(b'{"jsonrpc":"2.0","id":2,"method":"sidecar.stats"}')
         wait_for(lambda: bool(events(sidecar, "accept_failing")), 20, "accept to fail")
         time.sleep(0.5)  # several failed attempts, still one log line
         assert sidecar.proc is not None
@@ -275,15 +277,15 @@ def test_running_out_of_descriptors_pauses_accepting_and_serving_goes_on(
         answered_first = 0
         for c in served:
             with suppress(EOFError, OSError):
-                answered_first += c.read()["result"]["status"] == "ok"
+                answered_first += "requests" in c.read()["result"]
         assert answered_first >= spare // 2
         for c in served:
-            assert c.call("sidecar.health")["status"] == "ok"
+            assert "requests" in c.call("sidecar.stats")
         assert len(events(sidecar, "accept_failing")) == 1
         for c in first:
             c.close()
         for c in waiting:
-            assert c.read()["result"]["status"] == "ok"
+            assert "requests" in c.read()["result"]
         assert events(sidecar, "accept_resumed")
         # A new connection would wait in the backlog now: the waiting ones fill the limit.
         assert waiting[0].call("sidecar.stats")["connections"]["acceptFailures"] >= 1
