@@ -1,0 +1,126 @@
+"""How much one run's keyring compile holds up other clients of the same sidecar.
+
+One connection does sequential gets throughout; after a quiet baseline, a second connection
+begins runs with large keyrings, one after another. Printed: the gets' p50/p99/max in the
+quiet phase and while keyrings compile, and how long each begin took. A report: exit 0.
+
+    python bench/keyring_stall.py --secrets 256 --chars 4096 \
+        --sidecar-arg=--max-run-secret-bytes=2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import string
+import sys
+import time
+from pathlib import Path
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lean_client import LeanClient
+from bench.proc import ServerProcess
+from bench.workdir import bench_workdir
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _summary(name: str, samples: list[float]) -> str:
+    ms = [s * 1000 for s in samples]
+    return (
+        f"{name:<28} n={len(ms):6d}  p50={_percentile(ms, 0.5):7.2f} ms  "
+        f"p99={_percentile(ms, 0.99):7.2f} ms  max={max(ms):7.2f} ms"
+    )
+
+
+async def _gets(client: LeanClient, params: dict[str, object], until: float) -> list[float]:
+    latencies = []
+    while time.perf_counter() < until:
+        started = time.perf_counter()
+        await client.call("memory.get", params)
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+async def main(args: argparse.Namespace) -> None:
+    with bench_workdir("stall") as workdir:
+        socket = str(workdir / "memory.sock")
+        argv = [
+            str(Path(sys.executable).parent / "openwop-memory"),
+            "serve",
+            "--socket",
+            socket,
+            "--database",
+            f"sqlite:///{workdir / 'memory.db'}",
+            "--log-level",
+            "error",
+            *args.sidecar_arg,
+        ]
+        server = ServerProcess(argv, workdir / "sidecar.log")
+        server.start()
+
+        async def probe() -> bool:
+            async with await LeanClient.connect(socket) as c:
+                return bool((await c.call("sidecar.health"))["status"] == "ok")
+
+        await server.wait_ready(probe, within=20)
+        try:
+            async with (
+                await LeanClient.connect(socket) as reader,
+                await LeanClient.connect(socket) as beginner,
+            ):
+                await reader.call("run.begin", {"runId": "reader", "tenant": "t"})
+                entry = await reader.call(
+                    "memory.put",
+                    {"runId": "reader", "memoryRef": "m", "entry": {"content": "x"}},
+                )
+                params = {"runId": "reader", "memoryRef": "m", "id": entry["id"]}
+                quiet = await _gets(reader, params, time.perf_counter() + args.baseline)
+                begins: list[float] = []
+
+                async def begin_runs() -> None:
+                    for n in range(args.runs):
+                        keyring = [
+                            {
+                                "id": f"k{i}",
+                                "value": "".join(
+                                    secrets.choice(_ALPHABET) for _ in range(args.chars)
+                                ),
+                            }
+                            for i in range(args.secrets)
+                        ]
+                        started = time.perf_counter()
+                        await beginner.call(
+                            "run.begin", {"runId": f"big{n}", "tenant": "t", "secrets": keyring}
+                        )
+                        begins.append(time.perf_counter() - started)
+
+                task = asyncio.create_task(begin_runs())
+                loaded: list[float] = []
+                while not task.done():
+                    loaded += await _gets(reader, params, time.perf_counter() + 0.05)
+                await task
+        finally:
+            server.stop(20)
+        print(f"keyring: {args.secrets} secrets x {args.chars} characters, {args.runs} runs")
+        print(_summary("get, quiet", quiet))
+        print(_summary("get, while compiling", loaded))
+        print(_summary("run.begin (compile)", begins))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--secrets", type=int, default=256)
+    parser.add_argument("--chars", type=int, default=4096)
+    parser.add_argument("--runs", type=int, default=3, help="large begins, one after another")
+    parser.add_argument("--baseline", type=float, default=2.0, help="seconds of quiet gets")
+    parser.add_argument("--sidecar-arg", action="append", default=[], metavar="ARG")
+    asyncio.run(main(parser.parse_args()))
