@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -169,28 +170,64 @@ def skeleton(text: str) -> Skeleton:
 
 class Folded(NamedTuple):
     """A value's skeleton and, per skeleton character, the characters of the value around it
-    that fold to nothing (its punctuation), so a hit can take them in."""
+    that fold to nothing (its punctuation), so a hit can take them in.
+
+    Kept as the value plus where each skeleton character came from, in slope-one segments:
+    a long key with a few dashes costs a few integers, not a list entry per character. A
+    tuple of atoms and arrays, so the garbage collector soon stops walking it.
+    """
 
     text: str
-    before: list[str]  # what folds to nothing just before skeleton character k
-    after: list[str]  # ... and just after it
+    source: str
+    # Segment j: skeleton k >= seg_skel[j] came from source index seg_src[j] + k - seg_skel[j].
+    seg_skel: array[int]
+    seg_src: array[int]
+
+    def _src(self, k: int) -> int:
+        j = bisect_right(self.seg_skel, k) - 1
+        return self.seg_src[j] + k - self.seg_skel[j]
+
+    def before(self, k: int) -> str:
+        """What folds to nothing just before skeleton character ``k`` (``-1`` the last)."""
+        k %= len(self.text)
+        src = self._src(k)
+        previous = self._src(k - 1) if k else -1
+        return "" if previous == src else self.source[previous + 1 : src]
+
+    def after(self, k: int) -> str:
+        """... and just after it."""
+        k %= len(self.text)
+        src = self._src(k)
+        following = self._src(k + 1) if k + 1 < len(self.text) else len(self.source)
+        return "" if following == src else self.source[src + 1 : following]
+
+
+_ASCII_GAPS = re.compile(r"[^A-Za-z0-9]+")
 
 
 def folded(value: str) -> Folded:
+    """``value``'s :class:`Folded`; ASCII values (nearly all keys) on a fast path."""
+    seg_skel = array("I")
+    seg_src = array("I")
+    if value.isascii():
+        # An ASCII character folds to itself or to nothing, so only the gaps start segments.
+        removed = 0
+        if value[:1].isalnum():
+            seg_skel.append(0)
+            seg_src.append(0)
+        for gap in _ASCII_GAPS.finditer(value):
+            removed += gap.end() - gap.start()
+            if gap.end() < len(value):
+                seg_skel.append(gap.end() - removed)
+                seg_src.append(gap.end())
+        return Folded(fold(value), value, seg_skel, seg_src)
     chars: list[str] = []
-    before: list[str] = []
-    after: list[str] = []
-    gap = ""
-    for ch in value:
-        piece = fold(ch)
-        if not piece:
-            gap += ch
-            if after:
-                after[-1] += ch
-            continue
-        for i, c in enumerate(piece):
+    for src, ch in enumerate(value):
+        piece = _FOLD_TABLE[ord(ch)]
+        for c in piece:
+            k = len(chars)
+            if not seg_skel or seg_src[-1] + k - seg_skel[-1] != src:
+                seg_skel.append(k)
+                seg_src.append(src)
             chars.append(c)
-            before.append(gap if i == 0 else "")
-            after.append("")
-        gap = ""
-    return Folded("".join(chars), before, after)
+    return Folded("".join(chars), value, seg_skel, seg_src)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from array import array
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from typing import NamedTuple
 
 import ahocorasick_rs
@@ -42,6 +44,8 @@ FIELD_SEPARATOR = "\0"
 # A last line of a wrapped encoding this long is taken even when prose follows on its line.
 _MIN_WRAPPED_LINE = 16
 _LINE_BREAK = re.compile(r"\r?\n|\\r\\n|\\n")
+# Pattern bytes per automaton: each builds in about 10 ms, holding the GIL (see _automata).
+_CHUNK_BYTES = 64 << 10
 
 
 class Secret(NamedTuple):
@@ -58,6 +62,32 @@ class Hit(NamedTuple):
     # False for an encoded run too short to hold the whole value: the rest of the value
     # may stand beside it (a percent-encoded head, a plain tail), so it is read on.
     complete: bool = True
+
+
+def _automata(
+    keys: list[str], kind: ahocorasick_rs.MatchKind
+) -> list[tuple[int, ahocorasick_rs.BytesAhoCorasick]]:
+    """Automata over ``keys``, each with the index of its first key, built in chunks of at
+    most :data:`_CHUNK_BYTES`.
+
+    Building an automaton holds the GIL throughout (a big keyring's windows took 440 ms),
+    stalling every other client of the sidecar; a chunk takes about 10 ms, and the GIL can
+    change hands between chunks. A keyring of a few keys still gets one automaton of each.
+    """
+    # ContiguousNFA builds in a fifth of the DFA's time and still scans at ~150 MB/s.
+    nfa = ahocorasick_rs.Implementation.ContiguousNFA
+    out: list[tuple[int, ahocorasick_rs.BytesAhoCorasick]] = []
+    start = size = 0
+    encoded = [k.encode() for k in keys]
+    for i, key in enumerate(encoded):
+        size += len(key)
+        if size >= _CHUNK_BYTES or i == len(encoded) - 1:
+            chunk = encoded[start : i + 1]
+            out.append(
+                (start, ahocorasick_rs.BytesAhoCorasick(chunk, matchkind=kind, implementation=nfa))
+            )
+            start, size = i + 1, 0
+    return out
 
 
 def _common_forward(a: str, i: int, b: str, j: int) -> int:
@@ -95,6 +125,43 @@ def _char_offsets(data: bytes, positions: set[int]) -> dict[int, int]:
     return out
 
 
+class _Windows:
+    """Fragment windows, each key with the (source, offset) pairs it stands for.
+
+    Held in flat arrays rather than a list of tuples per key: a keyring of 256 long values
+    has 49,152 windows, and that many small objects made the garbage collector's full
+    passes (which hold the GIL) take up to 90 ms, besides costing ~150 bytes apiece.
+    """
+
+    def __init__(self) -> None:
+        self._keys: dict[str, int] = {}
+        self._number = array("I")
+        self._at = array("I")
+        self._more: dict[int, list[tuple[int, int]]] = {}  # keys shared by several sources
+
+    def add(self, key: str, number: int, at: int) -> None:
+        slot = self._keys.setdefault(key, len(self._keys))
+        if slot == len(self._number):
+            self._number.append(number)
+            self._at.append(at)
+        else:
+            self._more.setdefault(slot, []).append((number, at))
+
+    def take_keys(self) -> list[str]:
+        """The keys in slot order; the key strings are not kept (the automata hold them)."""
+        keys = list(self._keys)
+        self._keys = {}
+        return keys
+
+    def entries(self, slot: int) -> list[tuple[int, int]]:
+        first = (self._number[slot], self._at[slot])
+        more = self._more.get(slot)
+        return [first] if more is None else [first, *more]
+
+    def __len__(self) -> int:
+        return len(self._number)
+
+
 class Keyring:
     """A compiled keyring (value → secret id). Compile once per keyring change; immutable.
 
@@ -107,7 +174,7 @@ class Keyring:
         }
         self._secrets = tuple(Secret(v, i) for v, i in sorted(self.ids_by_value.items()))
         forms: dict[str, list[tuple[int, Needle]]] = {}
-        windows: dict[str, list[tuple[int, int]]] = {}
+        windows = _Windows()
         self._literal: list[int] = []  # values too short once folded: matched verbatim
         self._sources: list[tuple[int, Folded]] = []  # (secret, the value, reversed or rot13)
         for index, secret in enumerate(self._secrets):
@@ -125,30 +192,17 @@ class Keyring:
                 (codecs.encode(value, "rot13"), codecs.encode(private, "rot13")),
             ):
                 self._add_windows(windows, index, folded(source), fold(window_text))
-        self._forms = list(forms.values())
-        self._windows = list(windows.values())
-        # ContiguousNFA builds in a fifth of the DFA's time and still scans at ~150 MB/s.
-        nfa = ahocorasick_rs.Implementation.ContiguousNFA
-        self._forms_ac = (
-            ahocorasick_rs.BytesAhoCorasick([k.encode() for k in forms], implementation=nfa)
-            if forms
-            else None
-        )
-        self._windows_ac = (
-            ahocorasick_rs.BytesAhoCorasick(
-                [k.encode() for k in windows],
-                matchkind=ahocorasick_rs.MatchKind.LeftmostFirst,
-                implementation=nfa,
-            )
-            if windows
-            else None
-        )
+        # Tuples of atoms, which the garbage collector stops tracking (see _Windows).
+        self._forms = [tuple(entries) for entries in forms.values()]
+        self._windows = windows
+        self._forms_acs = _automata(list(forms), ahocorasick_rs.MatchKind.Standard)
+        self._windows_acs = _automata(windows.take_keys(), ahocorasick_rs.MatchKind.LeftmostFirst)
         # A secret may be spread with separators; look this far around an escape for it.
         self.margin = 2 * max((len(s.value) for s in self._secrets), default=0)
 
     def _add_windows(
         self,
-        windows: dict[str, list[tuple[int, int]]],
+        windows: _Windows,
         index: int,
         source: Folded,
         private: str,
@@ -164,7 +218,7 @@ class Keyring:
         # Sampled with a stride on long values: a fragment of FRAGMENT_CHARS + stride - 1
         # still holds a window, and growing the match recovers the rest of it.
         for i in range(0, starts, -(-starts // MAX_FRAGMENTS)):
-            windows.setdefault(private[i : i + FRAGMENT_CHARS], []).append((number, at + i))
+            windows.add(private[i : i + FRAGMENT_CHARS], number, at + i)
 
     @classmethod
     def compile(cls, ids_by_value: Mapping[str, str]) -> Keyring:
@@ -182,10 +236,18 @@ class Keyring:
             return []
         skel = skeleton(text)
         data = skel.data if isinstance(skel.data, bytes) else skel.data.encode()
-        forms = (
-            self._forms_ac.find_matches_as_indexes(data, overlapping=True) if self._forms_ac else []
-        )
-        windows = self._windows_ac.find_matches_as_indexes(data) if self._windows_ac else []
+        forms = [
+            (offset + k, s, e)
+            for offset, ac in self._forms_acs
+            for k, s, e in ac.find_matches_as_indexes(data, overlapping=True)
+        ]
+        windows = [
+            (offset + k, s, e)
+            for offset, ac in self._windows_acs
+            for k, s, e in ac.find_matches_as_indexes(data)
+        ]
+        if len(self._windows_acs) > 1:
+            windows.sort(key=itemgetter(1))  # _fragments reads them in text order
         hits: list[Hit] = []
         if forms or windows:
             if isinstance(skel.data, str):  # byte offsets to characters
@@ -222,7 +284,7 @@ class Keyring:
         data = skel.data.decode() if isinstance(skel.data, bytes) else skel.data
         reached: dict[int, int] = {}  # source → skeleton end of its last grown stretch
         for key, s_start, s_end in windows:
-            for number, at in self._windows[key]:
+            for number, at in self._windows.entries(key):
                 if reached.get(number, -1) >= s_end:
                     continue  # inside a stretch already found
                 index, source = self._sources[number]
@@ -232,7 +294,7 @@ class Keyring:
                 start, end = self._span(skel, s_start - left, s_end + right)
                 first, last = at - left, at + FRAGMENT_CHARS + right - 1
                 yield self._padded(
-                    skel.text, start, end, index, source.before[first], source.after[last]
+                    skel.text, start, end, index, source.before(first), source.after(last)
                 )
 
     def _padded(

@@ -108,19 +108,28 @@ def _shifted(
         yield encoded[start:end]
 
 
+# How many digits a byte's code point takes in decimal and in hex (ASCII values only).
+_DECIMAL_DIGITS = bytes(len(str(b)) for b in range(256))
+_HEX_DIGITS = bytes(len(f"{b:x}") for b in range(256))
+
+
 def _escaped_forms(value: str) -> Iterator[tuple[str, str, int]]:
     """The value's part beyond its public prefix written wholly as escapes, so that the
     common whole-value escapes are found in the text itself (escapes of only part of it are
     left to the decoded views); each with the least length of the whole value so written."""
     private = value[len(public_prefix(value)) :][:ESCAPED_CHARS]
     raw = value.encode()
-    if all(ord(c) <= 0xFFFF for c in value):
+    if value.isascii() or all(ord(c) <= 0xFFFF for c in value):
         form = "".join(f"\\u{ord(c):04x}" for c in private)
         yield form, UNICODE_ESCAPES, 6 * len(value)
     yield "".join(f"\\x{b:02x}" for b in private.encode()), BYTE_ESCAPES, 4 * len(raw)
-    decimal = sum(2 + len(str(ord(c))) for c in value)  # the ";" is optional
+    if value.isascii():  # per-byte widths summed at C speed: a 4 KiB key is common
+        decimal = 2 * len(raw) + sum(raw.translate(_DECIMAL_DIGITS))  # the ";" is optional
+        hexadecimal = 3 * len(raw) + sum(raw.translate(_HEX_DIGITS))
+    else:
+        decimal = sum(2 + len(str(ord(c))) for c in value)
+        hexadecimal = sum(3 + len(f"{ord(c):x}") for c in value)
     yield "".join(f"&#{ord(c)};" for c in private), DECIMAL_ENTITIES, decimal
-    hexadecimal = sum(3 + len(f"{ord(c):x}") for c in value)
     yield "".join(f"&#x{ord(c):x};" for c in private), HEX_ENTITIES, hexadecimal
 
 
@@ -148,7 +157,7 @@ def form_needles(value: str) -> list[Needle]:
     out: list[Needle] = []
     own = folded(value)
     if len(own.text) >= MIN_NEEDLE_CHARS:
-        lead, trail = own.before[0], own.after[-1]
+        lead, trail = own.before(0), own.after(-1)
         for text, kind, pads in (
             (own.text, Kind.RAW, (lead, trail)),
             (fold(value[::-1]), Kind.TRANSFORMED, (trail[::-1], lead[::-1])),
