@@ -178,6 +178,20 @@ class Settings(BaseModel):
         PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
     )
     max_open_runs: int = Field(10_000, ge=1)
+    max_run_secret_bytes: int = Field(
+        16 << 10,
+        ge=8,
+        le=16 << 20,
+        description="UTF-8 bytes of one run's secret values together; more is a "
+        "validation_error on field secrets, checked before anything is compiled or stored",
+    )
+    max_keyring_memory_bytes: int = Field(
+        256 << 20,
+        ge=64 << 10,
+        description="estimated memory of all compiled keyrings (open runs' and cached host "
+        "keyrings); past it the least recently used idle runs are evicted, and a keyring "
+        "that cannot get room is refused with rate_limited",
+    )
     max_inflight: int = Field(4096, ge=1)
     max_connections: int = Field(
         1024,

@@ -212,6 +212,8 @@ class Server:
                 max_entry_size_bytes=settings.max_entry_size_bytes,
                 replay_retention_us=int(settings.replay_retention * 1_000_000),
                 max_open_runs=settings.max_open_runs,
+                max_run_secret_bytes=settings.max_run_secret_bytes,
+                max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
             ),
             host_secrets=self.host_keyring,
         )

@@ -52,10 +52,11 @@ from ..storage.base import (
     Storage,
 )
 from ..timefmt import MAX_WIRE_US, format_us, now_us, parse_rfc3339
+from .keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
 from .redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from .refs import RefCodec
-from .runs import RunHandle, RunRegistry, compile_keyring, grown
-from .stats import Stats
+from .runs import RunHandle, RunRegistry, merged_values
+from .stats import KeyringGauges, Stats
 
 # Below this size redaction costs less than the hop to a worker thread and back.
 _INLINE_REDACTION_CHARS = 8192
@@ -84,6 +85,8 @@ class ServiceConfig:
     max_list_limit: int = 1000
     replay_retention_us: int = 7 * 86_400 * 1_000_000
     max_open_runs: int = 10_000
+    max_run_secret_bytes: int = 16 << 10
+    max_keyring_memory_bytes: int = 256 << 20
 
 
 def entry_to_wire(row: EntryRow) -> dict[str, Any]:
@@ -136,12 +139,12 @@ class MemoryService:
     ) -> None:
         self.storage = storage
         self.host_secrets = host_secrets
-        # Compiled host keyrings of tenants whose runs registered no secrets of their own.
-        self._host_keyrings: dict[str, Keyring] = {}
-        self._host_generation = -1
         self.refs = refs
         self.config = config
-        self.runs = RunRegistry(config.max_open_runs)
+        self.keyring_budget = KeyringBudget(config.max_keyring_memory_bytes)
+        self.compiler = KeyringCompiler(self.keyring_budget)
+        self.host_keyrings = HostKeyringCache(self.compiler)
+        self.runs = RunRegistry(config.max_open_runs, self.keyring_budget)
         self.stats = Stats()
         self.started = time.monotonic()
 
@@ -171,26 +174,47 @@ class MemoryService:
         if handle is not None and handle.tenant == p.tenant:
             await self._add_secrets(handle, p.secrets)
             return self._begun(handle, resumed=True)
-        # Check the keyring before touching storage, so a refused begin writes nothing.
-        keyring = await grown(EMPTY_KEYRING, p.secrets)
-        now = now_us()
-        result = await self.storage.begin_run(
-            run_id=p.runId,
-            tenant=p.tenant,
-            replay=p.replay,
-            now_us=now,
-            retention_cutoff_us=retention_cutoff_us(now, self.config.replay_retention_us),
-        )
-        record = _begun_run(p.runId, result)
-        handle = self.runs.get(p.runId)  # another begin of the same run may have raced us
-        if handle is not None and handle.snapshot == record.snapshot:
-            await self._add_secrets(handle, p.secrets)
-        else:
-            handle = RunHandle(
-                record.run_id, record.tenant, record.snapshot, record.snapshot_us, keyring
+        # Check the secrets, and make room for their keyring, before touching storage, so a
+        # refused begin writes nothing.
+        values = merged_values({}, p.secrets, self.config.max_run_secret_bytes) or {}
+        generation, keyed = self._with_host(p.tenant, values)
+        with self.compiler.reserving(keyed) as nbytes:
+            keyring = await self.compiler.compile(keyed) if values else None
+            now = now_us()
+            result = await self.storage.begin_run(
+                run_id=p.runId,
+                tenant=p.tenant,
+                replay=p.replay,
+                now_us=now,
+                retention_cutoff_us=retention_cutoff_us(now, self.config.replay_retention_us),
             )
-            self.runs.add(handle)
-        return self._begun(handle, resumed=result.outcome is BeginOutcome.RESUMED)
+            record = _begun_run(p.runId, result)
+            resumed = result.outcome is BeginOutcome.RESUMED
+            handle = self.runs.get(p.runId)  # another begin of the same run may have raced us
+            if handle is None or handle.snapshot != record.snapshot:
+                handle = RunHandle(
+                    record.run_id,
+                    record.tenant,
+                    record.snapshot,
+                    record.snapshot_us,
+                    values,
+                    keyring,
+                    generation,
+                )
+                self.runs.add(handle)
+                if keyring is not None:
+                    self.runs.charge(handle, nbytes)
+                return self._begun(handle, resumed=resumed)
+        await self._add_secrets(handle, p.secrets)
+        return self._begun(handle, resumed=resumed)
+
+    def _with_host(self, tenant: str, values: Mapping[str, str]) -> tuple[int, Mapping[str, str]]:
+        """The host generation and ``values`` merged over the tenant's host secrets (the
+        run's ids win): what a run's keyring is compiled from."""
+        host = self.host_secrets
+        if host is None or not values:
+            return -1, values
+        return host.generation, {**host.values_for(tenant), **values}
 
     @staticmethod
     def _begun(handle: RunHandle, *, resumed: bool) -> dict[str, Any]:
@@ -204,22 +228,30 @@ class MemoryService:
     async def run_add_secrets(self, p: RunAddSecretsParams) -> dict[str, Any]:
         handle = self._open_run(p.runId)
         await self._add_secrets(handle, p.secrets)
-        return {"count": len(handle.keyring)}
+        return {"count": len(handle.values)}
 
-    @staticmethod
-    async def _add_secrets(handle: RunHandle, secrets: list[SecretSpec]) -> None:
+    async def _add_secrets(self, handle: RunHandle, secrets: list[SecretSpec]) -> None:
         """Merge ``secrets`` into the handle's keyring, safe against concurrent merges.
 
         :raises ValidationError: see :func:`~.runs.merged_values`.
+        :raises RateLimitedError: no room for the grown keyring (see ``keyring_memory.py``).
         """
-        while True:
-            base = handle.keyring
-            keyring = await grown(base, secrets)
-            # Another merge may have finished while this one compiled; then merge again
-            # on top of it, or its secrets would be lost.
-            if handle.keyring is base:
-                handle.keyring = keyring
-                return
+        with self.runs.using(handle):
+            while True:
+                base = handle.values
+                values = merged_values(base, secrets, self.config.max_run_secret_bytes)
+                if values is None:
+                    return
+                generation, keyed = self._with_host(handle.tenant, values)
+                with self.compiler.reserving(keyed) as nbytes:
+                    keyring = await self.compiler.compile(keyed)
+                    # Another merge may have finished while this one compiled; then merge
+                    # again on top of it, or its secrets would be lost.
+                    if handle.values is base:
+                        handle.values, handle.keyring = values, keyring
+                        handle.generation = generation
+                        self.runs.charge(handle, nbytes)
+                        return
 
     def run_end(self, p: RunEndParams) -> dict[str, Any]:
         return {"ended": self.runs.end(p.runId)}
@@ -284,8 +316,9 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
-        keyring = await self._keyring(handle)
-        request = await self._redacted_request(keyring, scope, p, expires_us)
+        with self.runs.using(handle):
+            keyring = await self._keyring(handle)
+            request = await self._redacted_request(keyring, scope, p, expires_us)
         result = await self.storage.put(request=request, now_us=now_us())
         if result.outcome is PutOutcome.KEY_CONFLICT:
             raise ConflictError(
@@ -389,34 +422,26 @@ class MemoryService:
         """The run's keyring merged with the host keyring for its tenant (the run's ids win).
 
         Compiled once per change of either, not per put.
+
+        :raises RateLimitedError: no room to compile it (see ``keyring_memory.py``).
         """
         host = self.host_secrets
-        if host is None:
+        if not handle.values:
+            if host is None:
+                return EMPTY_KEYRING
+            generation = host.generation
+            return await self.host_keyrings.get(
+                handle.tenant, generation, host.values_for(handle.tenant)
+            )
+        if handle.keyring is not None and (host is None or handle.generation == host.generation):
             return handle.keyring
-        generation = host.generation
-        cached = handle.combined
-        if cached is not None and cached[0] == generation and cached[1] is handle.keyring:
-            return cached[2]
-        base = handle.keyring
-        if not base:
-            combined = await self._host_keyring(handle.tenant, generation)
-        else:
-            host_values = host.values_for(handle.tenant)
-            combined = await compile_keyring({**host_values, **base.ids_by_value})
-        handle.combined = (generation, base, combined)
-        return combined
-
-    async def _host_keyring(self, tenant: str, generation: int) -> Keyring:
-        assert self.host_secrets is not None
-        if self._host_generation != generation:
-            self._host_keyrings.clear()
-            self._host_generation = generation
-        keyring = self._host_keyrings.get(tenant)
-        if keyring is None:
-            keyring = await compile_keyring(self.host_secrets.values_for(tenant))
-            if len(self._host_keyrings) >= 1024:  # a bound, not a policy: recompiling is cheap
-                self._host_keyrings.clear()
-            self._host_keyrings[tenant] = keyring
+        values = handle.values
+        generation, keyed = self._with_host(handle.tenant, values)
+        with self.compiler.reserving(keyed) as nbytes:
+            keyring = await self.compiler.compile(keyed)
+            if handle.values is values:  # else a merge compiled a newer one meanwhile
+                handle.keyring, handle.generation = keyring, generation
+                self.runs.charge(handle, nbytes)
         return keyring
 
     # -- sidecar -------------------------------------------------------------------------
@@ -439,4 +464,5 @@ class MemoryService:
         }
 
     def stats_snapshot(self) -> dict[str, Any]:
-        return self.stats.snapshot(active_runs=len(self.runs))
+        gauges = KeyringGauges(self.keyring_budget.held, len(self.host_keyrings), self.runs.evicted)
+        return self.stats.snapshot(active_runs=len(self.runs), keyrings=gauges)

@@ -6,6 +6,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class KeyringGauges:
+    """What compiled keyrings hold right now, and how many runs were dropped to bound it."""
+
+    memory_bytes: int  # estimated, charged plus reserved (see keyring_memory.py)
+    host_keyrings: int  # cached host keyrings
+    runs_evicted: int  # open runs dropped past max_open_runs or max_keyring_memory_bytes
+
+
 @dataclass
 class ConnectionStats:
     """What happened to connections (the wire layer counts, ``sidecar.stats`` shows)."""
@@ -44,10 +53,13 @@ class Stats:
         """Count one request of ``method`` that ended in ``outcome`` (``ok`` or an error code)."""
         self.requests[method][outcome] += 1
 
-    def snapshot(self, active_runs: int) -> dict[str, object]:
+    def snapshot(self, active_runs: int, keyrings: KeyringGauges) -> dict[str, object]:
         return {
             "requests": {m: dict(c) for m, c in sorted(self.requests.items())},
             "activeRuns": active_runs,
+            "keyringMemoryBytes": keyrings.memory_bytes,
+            "hostKeyringsCached": keyrings.host_keyrings,
+            "runsEvicted": keyrings.runs_evicted,
             "entriesSwept": self.entries_swept,
             "tombstonesPurged": self.tombstones_purged,
             "sweeps": self.sweeps,

@@ -1,0 +1,179 @@
+"""The memory compiled keyrings hold in this process, kept under ``max_keyring_memory_bytes``.
+
+A compiled keyring is large (tens of KiB per secret, see
+:func:`~.redaction_keyring.estimate_bytes`) and every open run may hold one, so their total is
+budgeted. Each holder (an open run's handle, a tenant's cached host keyring) is charged its
+keyring's estimated size under a key; a compile in progress holds a reservation for what it
+will produce. To make room, the least recently used idle holders are evicted: an evicted run
+is not lost (its next put answers ``not_found`` and the client begins it again), an evicted
+host keyring is compiled again when next needed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+from openwop_memory_client import RateLimitedError
+
+from .redaction import Keyring
+from .redaction_keyring import estimate_bytes
+
+# A keyring larger than the whole budget will not fit however long the client waits; it is
+# told to come back late rather than soon.
+_NEVER_FITS_RETRY_MS = 60_000
+# Room is held by keyrings in use: a put lasts milliseconds.
+_BUSY_RETRY_MS = 100
+
+
+@dataclass
+class _Charge:
+    nbytes: int
+    # Drops the holder's keyring if it is idle; False when it is in use and must stay.
+    evict: Callable[[], bool]
+
+
+class KeyringBudget:
+    """Estimated bytes of the compiled keyrings held, and their holders in LRU order."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._charges: OrderedDict[Hashable, _Charge] = OrderedDict()
+        self._charged = 0
+        self._reserved = 0
+        self.evictions = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes charged plus bytes reserved by compiles in progress."""
+        return self._charged + self._reserved
+
+    def __len__(self) -> int:
+        return len(self._charges)
+
+    def touch(self, key: Hashable) -> None:
+        """Mark ``key``'s holder as just used (evicted last)."""
+        if key in self._charges:
+            self._charges.move_to_end(key)
+
+    def charge(self, key: Hashable, nbytes: int, evict: Callable[[], bool]) -> None:
+        """``key`` holds ``nbytes`` from now on, replacing what it held before.
+
+        Never evicts: room is made beforehand by :meth:`reserve`, whose reservation the
+        caller holds until the charge is made.
+        """
+        self.release(key)
+        self._charges[key] = _Charge(nbytes, evict)
+        self._charged += nbytes
+
+    def release(self, key: Hashable) -> None:
+        """``key`` holds nothing any more (its holder has dropped its keyring)."""
+        charge = self._charges.pop(key, None)
+        if charge is not None:
+            self._charged -= charge.nbytes
+
+    @contextmanager
+    def reserve(self, nbytes: int) -> Iterator[None]:
+        """Hold ``nbytes`` for a keyring being compiled, evicting idle holders, least
+        recently used first, until they fit.
+
+        :raises RateLimitedError: ``nbytes`` alone is more than the budget, or holders in
+            use fill it (``details.retryAfterMs``).
+        """
+        if nbytes > self.max_bytes:
+            raise RateLimitedError(
+                "the keyring needs more memory than the sidecar keeps for keyrings",
+                {"retryAfterMs": _NEVER_FITS_RETRY_MS},
+            )
+        for key, charge in list(self._charges.items()):
+            if self.held + nbytes <= self.max_bytes:
+                break
+            if charge.evict():
+                self.release(key)
+                self.evictions += 1
+        if self.held + nbytes > self.max_bytes:
+            raise RateLimitedError(
+                "keyring memory is taken by runs in use", {"retryAfterMs": _BUSY_RETRY_MS}
+            )
+        self._reserved += nbytes
+        try:
+            yield
+        finally:
+            self._reserved -= nbytes
+
+
+class KeyringCompiler:
+    """Compiles keyrings in a worker thread, one at a time, under the budget's reservation.
+
+    One at a time: each compile contends with the event loop for the GIL, and two at once on
+    a two-core machine left the loop a third of it.
+    """
+
+    def __init__(self, budget: KeyringBudget) -> None:
+        self.budget = budget
+        self._limiter: anyio.CapacityLimiter | None = None  # made inside the event loop
+
+    @contextmanager
+    def reserving(self, values: Mapping[str, str]) -> Iterator[int]:
+        """Room for ``values``' keyring, held while the block runs; yields its size.
+
+        :raises RateLimitedError: see :meth:`KeyringBudget.reserve`.
+        """
+        nbytes = estimate_bytes(values) if values else 0  # an empty keyring is never compiled
+        with self.budget.reserve(nbytes):
+            yield nbytes
+
+    async def compile(self, values: Mapping[str, str]) -> Keyring:
+        """:meth:`Keyring.compile` off the event loop (call it inside :meth:`reserving`)."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(Keyring.compile, values, limiter=self._limiter)
+
+
+class HostKeyringCache:
+    """Compiled host keyrings of tenants whose runs registered no secrets of their own, one
+    per tenant for the current host generation, at most ``max_entries``, charged to the
+    budget and evicted from it like idle runs."""
+
+    def __init__(self, compiler: KeyringCompiler, max_entries: int = 1024) -> None:
+        self._compiler = compiler
+        self._budget = compiler.budget
+        self.max_entries = max_entries
+        self._generation = -1
+        self._keyrings: OrderedDict[str, Keyring] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keyrings)
+
+    async def get(self, tenant: str, generation: int, values: Mapping[str, str]) -> Keyring:
+        """``tenant``'s host keyring (``values``, of host generation ``generation``).
+
+        :raises RateLimitedError: it cannot be given room (see :meth:`KeyringBudget.reserve`).
+        """
+        if generation != self._generation:
+            for stale in self._keyrings:
+                self._budget.release(("host", stale))
+            self._keyrings.clear()
+            self._generation = generation
+        keyring = self._keyrings.get(tenant)
+        if keyring is not None:
+            self._keyrings.move_to_end(tenant)
+            self._budget.touch(("host", tenant))
+            return keyring
+        with self._compiler.reserving(values) as nbytes:
+            keyring = await self._compiler.compile(values)
+            if generation == self._generation:  # else a newer generation is being cached
+                while len(self._keyrings) >= self.max_entries:
+                    oldest, _ = self._keyrings.popitem(last=False)
+                    self._budget.release(("host", oldest))
+                self._keyrings[tenant] = keyring
+                self._budget.charge(("host", tenant), nbytes, lambda: self._drop(tenant))
+        return keyring
+
+    def _drop(self, tenant: str) -> bool:
+        self._keyrings.pop(tenant, None)
+        return True
