@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 VAR    := var
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ test: lint typecheck unit
 # A report, not a gate: exits 0 whatever the numbers. Options: make bench BENCH_ARGS="--quick --json"
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# Not part of `make test`: 10 minutes of mixed load, printing the sidecar's RSS every 10 s and a
+# PASS/FAIL verdict on its growth after warm-up; exits 0 whatever. SOAK_SECONDS=60 for a short one.
+soak: $(TSTAMP)
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) $(VAR)
