@@ -25,6 +25,7 @@ from openwop_memory.service.keyring_memory import (
 )
 from openwop_memory.service.redaction import Keyring
 from openwop_memory.service.redaction_keyring import estimate_bytes
+from openwop_memory.service.runs import RunHandle, RunRegistry
 from openwop_memory_client import RateLimitedError
 from support.sidecar import RawClient, Sidecar
 
@@ -235,6 +236,7 @@ import gc, json, os, random, string, sys, tracemalloc
 from openwop_memory.service.redaction import Keyring
 from openwop_memory.service.redaction import Keyring
 from openwop_memory.service.redaction_keyring import estimate_bytes
+from openwop_memory.service.runs import RunHandle, RunRegistry
 count, chars, n = map(int, sys.argv[1:4])
 rng = random.Random(count * 7919 + chars)
 alphabet = string.ascii_letters + string.digits + "-_"
@@ -306,3 +308,20 @@ async def test_compiles_run_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> No
         for n in range(4):
             tg.start_soon(compiler.compile, {value(n, 200): "k"})
     assert running == [0, 1]
+
+
+def test_runs_dropped_past_max_open_runs_give_back_their_keyring_memory() -> None:
+    budget = KeyringBudget(1 << 20)
+    registry = RunRegistry(2, budget)
+    handles = [RunHandle(f"r{n}", "t", 0, 0, {value(n): "k"}) for n in range(3)]
+    for handle in handles:
+        registry.add(handle)
+        registry.charge(handle, 1000)
+    assert len(registry) == 2 and registry.get("r0") is None
+    assert budget.held == 2000 and registry.evicted == 1
+    with registry.using(handles[1]), budget.reserve((1 << 20) - 1000):
+        # r1 is in use, so only r2 could go; r1 stays open and keeps its charge.
+        assert registry.get("r1") is handles[1] and registry.get("r2") is None
+    assert registry.end("r1") and budget.held == 0
+    registry.charge(handles[1], 500)  # a late charge for an ended run is not kept
+    assert budget.held == 0
