@@ -12,7 +12,8 @@ at most 60 s) must have grown by at most 10 %. A report, not a gate: exit 0 what
 verdict, 1 only when the soak could not run.
 
 Environment: ``SOAK_SECONDS``, ``SOAK_RATE``, ``SOAK_KEYRING_MEMORY`` (the sidecar's
-``max_keyring_memory_bytes``, 32 MiB, small so that its plateau is reached during warm-up),
+``max_keyring_memory_bytes``, 32 MiB, small so that its plateau is reached during warm-up;
+empty for the sidecar's default),
 ``SOAK_ARGS`` (more ``openwop-memory serve`` arguments, split on spaces).
 """
 
@@ -230,8 +231,7 @@ async def soak(seconds: float, rate: float, keyring_memory: int, extra: list[str
             "warning",
             "--sweep-interval",
             "5s",
-            "--max-keyring-memory-bytes",
-            str(keyring_memory),
+            *(["--max-keyring-memory-bytes", str(keyring_memory)] if keyring_memory else []),
             *extra,
         ]
         server = ServerProcess(argv, workdir / "sidecar.log")
@@ -272,8 +272,8 @@ async def soak(seconds: float, rate: float, keyring_memory: int, extra: list[str
                     f"{elapsed:6.0f} s  RSS {rss / 1024:7.1f} MiB  "
                     f"{done / SAMPLE_SECONDS:5.0f} req/s  runs {shared.runs} "
                     f"(abandoned {shared.abandoned}), open {stats['activeRuns']}, "
-                    f"evicted {stats['runsEvicted']}, keyrings "
-                    f"{stats['keyringMemoryBytes'] / 1048576:.1f} MiB, "
+                    f"evicted {stats.get('runsEvicted', '?')}, keyrings "
+                    f"{stats.get('keyringMemoryBytes', 0) / 1048576:.1f} MiB, "
                     f"swept {stats['entriesSwept']}",
                     flush=True,
                 )
@@ -304,7 +304,8 @@ async def soak(seconds: float, rate: float, keyring_memory: int, extra: list[str
 def main() -> int:
     seconds = float(os.environ.get("SOAK_SECONDS", "600"))
     rate = float(os.environ.get("SOAK_RATE", "800"))
-    keyring_memory = int(os.environ.get("SOAK_KEYRING_MEMORY", str(32 << 20)))
+    # Empty: the sidecar's own default (and a sidecar older than the setting works too).
+    keyring_memory = int(os.environ.get("SOAK_KEYRING_MEMORY", str(32 << 20)) or 0)
     extra = os.environ.get("SOAK_ARGS", "").split()
     try:
         return asyncio.run(soak(seconds, rate, keyring_memory, extra))
