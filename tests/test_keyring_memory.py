@@ -26,6 +26,7 @@ from openwop_memory.service.keyring_memory import (
 from openwop_memory.service.redaction import Keyring
 from openwop_memory.service.redaction_keyring import estimate_bytes
 from openwop_memory.service.runs import RunHandle, RunRegistry
+from openwop_memory.storage.base import Snapshot
 from openwop_memory_client import RateLimitedError
 from support.sidecar import RawClient, Sidecar
 
@@ -237,6 +238,7 @@ from openwop_memory.service.redaction import Keyring
 from openwop_memory.service.redaction import Keyring
 from openwop_memory.service.redaction_keyring import estimate_bytes
 from openwop_memory.service.runs import RunHandle, RunRegistry
+from openwop_memory.storage.base import Snapshot
 count, chars, n = map(int, sys.argv[1:4])
 rng = random.Random(count * 7919 + chars)
 alphabet = string.ascii_letters + string.digits + "-_"
@@ -313,7 +315,7 @@ async def test_compiles_run_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> No
 def test_runs_dropped_past_max_open_runs_give_back_their_keyring_memory() -> None:
     budget = KeyringBudget(1 << 20)
     registry = RunRegistry(2, budget)
-    handles = [RunHandle(f"r{n}", "t", 0, 0, {value(n): "k"}) for n in range(3)]
+    handles = [RunHandle(f"r{n}", "t", Snapshot(0), 0, {value(n): "k"}) for n in range(3)]
     for handle in handles:
         registry.add(handle)
         registry.charge(handle, 1000)
