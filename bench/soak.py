@@ -14,7 +14,8 @@ verdict, 1 only when the soak could not run.
 Environment: ``SOAK_SECONDS``, ``SOAK_RATE``, ``SOAK_KEYRING_MEMORY`` (the sidecar's
 ``max_keyring_memory_bytes``, 32 MiB, small so that its plateau is reached during warm-up;
 empty for the sidecar's default),
-``SOAK_ARGS`` (more ``openwop-memory serve`` arguments, split on spaces).
+``SOAK_NEW_SCOPES`` (the share of runs writing to a new scope, 0.5), ``SOAK_ARGS`` (more
+``openwop-memory serve`` arguments, split on spaces).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ MAX_GROWTH = 0.10
 CONNECTIONS = 4
 WORKERS = 48
 TENANTS = 20
+NEW_SCOPES = float(os.environ.get("SOAK_NEW_SCOPES", "0.5"))
 _ALPHABET = string.ascii_letters + string.digits
 
 
@@ -116,9 +118,9 @@ class Worker:
         shared.runs += 1
         tenant = f"tenant{rng.randrange(TENANTS)}"
         run_id = f"soak-{self.n}-{shared.runs}-{rng.getrandbits(32):08x}"
-        agent = (
-            f"agent{rng.getrandbits(40):x}" if rng.random() < 0.5 else f"agent{rng.randrange(5)}"
-        )
+        # A share of the runs write to a scope never seen before.
+        fresh = rng.random() < NEW_SCOPES
+        agent = f"agent{rng.getrandbits(40):x}" if fresh else f"agent{rng.randrange(5)}"
         ref = (
             await self.call(
                 "memory.issueRef",
