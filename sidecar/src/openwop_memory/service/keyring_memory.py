@@ -97,7 +97,8 @@ class KeyringBudget:
                 self.evictions += 1
         if self.held + nbytes > self.max_bytes:
             raise RateLimitedError(
-                "keyring memory is taken by runs in use", {"retryAfterMs": _BUSY_RETRY_MS}
+                "keyring memory is taken by runs in use and keyrings being compiled",
+                {"retryAfterMs": _BUSY_RETRY_MS},
             )
         self._reserved += nbytes
         try:
@@ -109,8 +110,8 @@ class KeyringBudget:
 class KeyringCompiler:
     """Compiles keyrings in a worker thread, one at a time, under the budget's reservation.
 
-    One at a time: each compile contends with the event loop for the GIL, and two at once on
-    a two-core machine left the loop a third of it.
+    One at a time: compiling is mostly Python, so under the GIL a second compile thread would
+    gain no speed and only add to what the event loop waits for.
     """
 
     def __init__(self, budget: KeyringBudget) -> None:
