@@ -433,3 +433,27 @@ def test_a_failed_commit_never_moves_an_entry_to_another_tenant(workdir: Path) -
         assert contents(c, "tenant-b", "scope-b") == ["b"]
     scopes = POSTGRES.psql(path, "SELECT count(*) FROM scopes").split()
     assert scopes == ["2"], scopes
+
+
+@pytest.mark.anyio
+async def test_a_sidecar_with_a_skewed_clock_judges_time_by_the_database(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This host's clock an hour fast: the store's clock (what expiry and retention are
+    judged by) is still the database's, and createdAt too."""
+    import openwop_memory.storage.postgresql as backend
+    from openwop_memory.storage.base import PutOutcome, PutRequest, Scope
+    from openwop_memory.timefmt import now_us
+
+    hour = 3600 * 1_000_000
+    monkeypatch.setattr(backend, "wall_clock_us", lambda: now_us() + hour)
+    store = PG.storage(workdir / "skewed")
+    await store.open()
+    try:
+        assert abs(store.clock_us() - now_us()) < 1_000_000
+        request = PutRequest(Scope("t", "s"), "x", (), None, None, b"d" * 32)
+        result = await store.put(request=request, now_us=store.clock_us())
+        assert result.outcome is PutOutcome.STORED and result.entry is not None
+        assert abs(result.entry.created_us - now_us()) < 1_000_000
+    finally:
+        await store.close()

@@ -482,3 +482,11 @@ async def test_sweep_purges_a_tombstone_only_once_no_retained_snapshot_sees_it(
     )
     assert counts.expired_runs == 1 and counts.purged_tombstones == 1
     assert await ids(store, A, old.snapshot) == []
+
+
+async def test_clock_is_now(store: Storage) -> None:
+    """``clock_us`` is the store's now: here, where the database runs on this host, within a
+    second of this host's clock; and it does not go backwards."""
+    first = store.clock_us()
+    assert abs(first - now_us()) < SECOND
+    assert store.clock_us() >= first

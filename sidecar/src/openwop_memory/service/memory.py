@@ -51,7 +51,7 @@ from ..storage.base import (
     Snapshot,
     Storage,
 )
-from ..timefmt import MAX_WIRE_US, format_us, now_us, parse_rfc3339
+from ..timefmt import MAX_WIRE_US, format_us, parse_rfc3339
 from .keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
 from .redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from .refs import RefCodec
@@ -180,7 +180,7 @@ class MemoryService:
         generation, keyed = self._with_host(p.tenant, values)
         with self.compiler.reserving(keyed) as nbytes:
             keyring = await self.compiler.compile(keyed) if values else None
-            now = now_us()
+            now = self.storage.clock_us()
             result = await self.storage.begin_run(
                 run_id=p.runId,
                 tenant=p.tenant,
@@ -271,7 +271,9 @@ class MemoryService:
             return handle.tenant, handle.snapshot
         record = await self.storage.find_run(
             run_id=run_id,
-            retention_cutoff_us=retention_cutoff_us(now_us(), self.config.replay_retention_us),
+            retention_cutoff_us=retention_cutoff_us(
+                self.storage.clock_us(), self.config.replay_retention_us
+            ),
         )
         if record is None:
             raise RunNotFoundError("unknown run", {"runId": run_id})
@@ -289,7 +291,7 @@ class MemoryService:
         rows = await self.storage.list(
             scope=scope,
             snapshot=snapshot,
-            now_us=now_us(),
+            now_us=self.storage.clock_us(),
             limit=min(limit, self.config.max_list_limit),
             tag=options.tag if options else None,
         )
@@ -300,7 +302,9 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, tenant)
         if scope is None:
             return None
-        row = await self.storage.get(scope=scope, snapshot=snapshot, now_us=now_us(), entry_id=p.id)
+        row = await self.storage.get(
+            scope=scope, snapshot=snapshot, now_us=self.storage.clock_us(), entry_id=p.id
+        )
         return None if row is None else entry_to_wire(row)
 
     async def delete(self, p: DeleteParams) -> bool:
@@ -308,7 +312,7 @@ class MemoryService:
         scope = self.refs.resolve(p.memoryRef, tenant)
         if scope is None:
             return False
-        return await self.storage.delete(scope=scope, entry_id=p.id, now_us=now_us())
+        return await self.storage.delete(scope=scope, entry_id=p.id, now_us=self.storage.clock_us())
 
     async def put(self, p: PutParams) -> dict[str, Any]:
         expires_us = self._check_entry(p.entry)
@@ -319,7 +323,7 @@ class MemoryService:
         with self.runs.using(handle):
             keyring = await self._keyring(handle)
             request = await self._redacted_request(keyring, scope, p, expires_us)
-        result = await self.storage.put(request=request, now_us=now_us())
+        result = await self.storage.put(request=request, now_us=self.storage.clock_us())
         if result.outcome is PutOutcome.KEY_CONFLICT:
             raise ConflictError(
                 "the idempotency key was used for a different entry", {"field": "idempotencyKey"}
@@ -351,7 +355,7 @@ class MemoryService:
                     "expiresAt is after 9999-12-31T23:59:59.999999Z",
                     {"field": "entry.expiresAt"},
                 )
-            if expires_us <= now_us():
+            if expires_us <= self.storage.clock_us():
                 raise ValidationError(
                     "expiresAt is not in the future", {"field": "entry.expiresAt"}
                 )

@@ -13,7 +13,6 @@ import structlog
 
 from ..config import Settings
 from ..domain import SweepHorizons
-from ..timefmt import now_us
 from .memory import MemoryService
 
 log = structlog.get_logger("openwop_memory.sweeper")
@@ -36,7 +35,7 @@ class Sweeper:
         stats = self.service.stats
         try:
             storage = self.service.storage
-            now = now_us()
+            now = storage.clock_us()
             await storage.touch_runs(run_ids=self.service.runs.run_ids(), now_us=now)
             counts = await storage.sweep(
                 horizons=SweepHorizons.at(now, self.retention_us), batch_size=self.batch

@@ -165,6 +165,14 @@ class Storage(Protocol):
     async def close(self) -> None:
         """Flush pending writes and disconnect. Idempotent."""
 
+    def clock_us(self) -> int:
+        """Now, in µs since the epoch, as this store judges time: what the service passes as
+        ``now_us`` and ``retention_cutoff_us``, and checks ``expiresAt`` against. A store
+        shared by several hosts answers with the database's clock, so that skew between the
+        hosts' clocks cannot make them disagree about expiry or retention. Called on every
+        request: it must not wait for anything.
+        """
+
     async def ref_key(self) -> bytes:
         """The MAC key for issued refs, created once per database and shared by all sidecars."""
 

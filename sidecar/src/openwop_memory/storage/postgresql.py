@@ -37,6 +37,7 @@ from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError
 
 from ..domain import SweepHorizons, new_entry_id
+from ..timefmt import now_us as wall_clock_us
 from .base import (
     BeginOutcome,
     BeginResult,
@@ -108,6 +109,7 @@ class PostgresqlStorage:
         self._schema_version = 0
         self._closed = False
         self._write_error: str | None = None  # the reason, while the latest write failed
+        self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -124,6 +126,7 @@ class PostgresqlStorage:
             )
             async with self._pool.acquire(timeout=self.connect_timeout) as conn:
                 await self._migrate(conn)
+                await self._measure_clock(conn)
         except StorageStartupError:
             await self.close()
             raise
@@ -168,6 +171,17 @@ class PostgresqlStorage:
                 secrets.token_bytes(32),
             )
         self._schema_version = LATEST_VERSION
+
+    def clock_us(self) -> int:
+        """The database's clock, read as this host's clock plus the offset between them
+        (measured at start-up and again at every sweep, to within half a round trip)."""
+        return wall_clock_us() + self._clock_offset_us
+
+    async def _measure_clock(self, conn: Conn) -> None:
+        before = wall_clock_us()
+        database = int(await conn.fetchval(f"SELECT {DB_NOW_US}"))
+        after = wall_clock_us()
+        self._clock_offset_us = database - (before + after) // 2
 
     async def close(self) -> None:
         self._closed = True
@@ -471,6 +485,8 @@ class PostgresqlStorage:
         """Each batch is a short transaction of its own holding the sweep advisory lock; when
         another sidecar holds it, this pass stops (one sidecar sweeps at a time)."""
         counts = SweepCounts()
+        with contextlib.suppress(UpstreamUnavailableError):  # the clocks drift apart slowly
+            await self._read(self._measure_clock)
         steps: list[tuple[str, str, tuple[Any, ...]]] = [
             (
                 "expired_entries",

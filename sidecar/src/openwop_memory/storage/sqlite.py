@@ -314,6 +314,9 @@ class SqliteStorage:
 
     # -- writes --------------------------------------------------------------------------
 
+    def clock_us(self) -> int:
+        return wall_clock_us()  # one host: its own clock, the one createdAt is taken from
+
     async def ref_key(self) -> bytes:
         with translate_errors():
             rows = await _fetch(self._reader(), "SELECT value FROM meta WHERE key = 'ref_mac_key'")

@@ -52,7 +52,6 @@ from oslash.either import Left
 
 from ..domain import retention_cutoff_us
 from ..service.memory import MemoryService
-from ..timefmt import now_us
 from .binding import permits
 
 log = structlog.get_logger("openwop_memory.request")
@@ -254,7 +253,9 @@ class Dispatcher:
         handle = self.service.runs.get(run_id)
         if handle is not None:
             return handle.tenant
-        cutoff = retention_cutoff_us(now_us(), self.service.config.replay_retention_us)
+        cutoff = retention_cutoff_us(
+            self.service.storage.clock_us(), self.service.config.replay_retention_us
+        )
         record = await self.service.storage.find_run(run_id=run_id, retention_cutoff_us=cutoff)
         return None if record is None else record.tenant
 
