@@ -208,7 +208,8 @@ def test_behind_a_transaction_mode_pooler(workdir: Path) -> None:
     name = POSTGRES.database_name(workdir / "pooled")
     with PgBouncer(POSTGRES.server) as bouncer:
         pooled = Backend("pooled", lambda _path: bouncer.url(name))
-        with fleet(workdir, 2, pooled, "--sweep-interval", "1s") as sidecars:
+        args = ("--sweep-interval", "1s", "--postgresql-prepared-statements", "false")
+        with fleet(workdir, 2, pooled, *args) as sidecars:
             history = run_workers(sidecars, 3)
             wait_for(lambda: all(_stats(s)["sweeps"] >= 1 for s in sidecars), 10, "a sweep each")
             assert all(_stats(s)["sweepFailures"] == 0 for s in sidecars)

@@ -121,6 +121,12 @@ class PostgresqlSettings(BaseModel):
         description="scope ids kept in memory (about 200 bytes each); a miss costs one "
         "indexed lookup when writing",
     )
+    prepared_statements: bool = Field(
+        default=True,
+        description="keep each connection's statements prepared (a round trip less per "
+        "statement); set false behind a pooler in transaction mode, such as PgBouncer "
+        "before 1.21",
+    )
 
 
 def _json_table(value: Any) -> Any:

@@ -97,12 +97,14 @@ class PostgresqlStorage:
         connect_timeout: float = 5.0,
         command_timeout: float = 10.0,
         scope_cache_size: int = 4096,
+        prepared_statements: bool = True,
     ) -> None:
         self.dsn = dsn
         self.pool_min_size = pool_min_size
         self.pool_max_size = pool_max_size
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
+        self.prepared_statements = prepared_statements
         self._pool: asyncpg.Pool | None = None
         self._scope_pks: OrderedDict[Scope, int] = OrderedDict()
         self._scope_cache_size = scope_cache_size
@@ -119,7 +121,9 @@ class PostgresqlStorage:
                 self.dsn,
                 min_size=self.pool_min_size,
                 max_size=self.pool_max_size,
-                statement_cache_size=0,
+                # Named prepared statements live in the server session, which a pooler in
+                # transaction mode hands to other clients between transactions.
+                statement_cache_size=256 if self.prepared_statements else 0,
                 command_timeout=self.command_timeout,
                 timeout=self.connect_timeout,
                 server_settings={"application_name": "openwop-memory"},

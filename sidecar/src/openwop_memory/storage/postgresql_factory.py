@@ -28,4 +28,6 @@ def create(url: str, settings: Settings) -> Storage:
         pool_max_size=group.pool_max_size,
         connect_timeout=group.connect_timeout,
         command_timeout=group.command_timeout,
+        scope_cache_size=group.scope_cache_size,
+        prepared_statements=group.prepared_statements,
     )
