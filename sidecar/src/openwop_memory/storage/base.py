@@ -92,6 +92,12 @@ class BeginResult:
     run: RunRecord | None = None
 
 
+# Outcomes that carry no record, built once for every backend (begin and put are hot paths).
+OTHER_TENANT = BeginResult(BeginOutcome.OTHER_TENANT)
+RETENTION_EXPIRED = BeginResult(BeginOutcome.RETENTION_EXPIRED)
+UNKNOWN_RUN = BeginResult(BeginOutcome.UNKNOWN_RUN)
+
+
 @dataclass(frozen=True, slots=True)
 class PutRequest:
     """A redacted, validated entry to store; ``digest`` covers the redacted entry only."""
@@ -118,6 +124,9 @@ class PutResult:
 
     outcome: PutOutcome
     entry: EntryRow | None = None
+
+
+KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
 
 
 @dataclass(slots=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar, cast
 
@@ -39,6 +38,10 @@ from openwop_memory_client import UpstreamUnavailableError
 from ..domain import SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
 from .base import (
+    KEY_CONFLICT,
+    OTHER_TENANT,
+    RETENTION_EXPIRED,
+    UNKNOWN_RUN,
     BeginOutcome,
     BeginResult,
     EntryRow,
@@ -54,6 +57,7 @@ from .base import (
 )
 from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS
+from .scope_cache import ScopeCache
 
 T = TypeVar("T")
 Effects = list[Callable[[], None]]
@@ -106,8 +110,7 @@ class PostgresqlStorage:
         self.command_timeout = command_timeout
         self.prepared_statements = prepared_statements
         self._pool: asyncpg.Pool | None = None
-        self._scope_pks: OrderedDict[Scope, int] = OrderedDict()
-        self._scope_cache_size = scope_cache_size
+        self._scope_pks = ScopeCache(scope_cache_size)
         self._schema_version = 0
         self._closed = False
         self._write_error: str | None = None  # the reason, while the latest write failed
@@ -255,7 +258,6 @@ class PostgresqlStorage:
         """
         pk = self._scope_pks.get(scope)
         if pk is not None:
-            self._scope_pks.move_to_end(scope)
             return pk
         found = await conn.fetchval(
             "SELECT scope_pk FROM scopes WHERE tenant = $1 AND key = $2", scope.tenant, scope.key
@@ -269,14 +271,8 @@ class PostgresqlStorage:
                 scope.key,
             )
         pk = int(found)
-        effects.append(lambda: self._cache_scope(scope, pk))
+        effects.append(lambda: self._scope_pks.put(scope, pk))
         return pk
-
-    def _cache_scope(self, scope: Scope, pk: int) -> None:
-        self._scope_pks[scope] = pk
-        self._scope_pks.move_to_end(scope)
-        if len(self._scope_pks) > self._scope_cache_size:
-            self._scope_pks.popitem(last=False)
 
     # -- writes --------------------------------------------------------------------------
 
@@ -299,11 +295,11 @@ class PostgresqlStorage:
                     run_id,
                 )
                 if row is None and replay:
-                    return _UNKNOWN_RUN
+                    return UNKNOWN_RUN
                 if row is not None:
                     owner, snap, snap_us, touched_us = row
                     if owner != tenant:
-                        return _OTHER_TENANT
+                        return OTHER_TENANT
                     if snap is not None and touched_us > retention_cutoff_us:
                         await conn.execute(
                             "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
@@ -311,7 +307,7 @@ class PostgresqlStorage:
                         run = RunRecord(run_id, tenant, Snapshot(snap), snap_us)
                         return BeginResult(BeginOutcome.RESUMED, run)
                     if replay:
-                        return _RETENTION_EXPIRED
+                        return RETENTION_EXPIRED
                 # Taking the clock (for no sequence number) waits for the tenant's writes in
                 # flight and pulls last_us up to now: entries inside the snapshot have
                 # createdAt <= it, later ones >= it.
@@ -374,7 +370,7 @@ class PostgresqlStorage:
                 )
                 if earlier is not None:
                     if bytes(earlier[0]) != request.digest:
-                        return _KEY_CONFLICT
+                        return KEY_CONFLICT
                     return PutResult(PutOutcome.REPLAYED, _row(tuple(earlier)[1:]))
             row = EntryRow(
                 new_entry_id(created_us),
@@ -602,9 +598,3 @@ def _unavailable(reason: str) -> UpstreamUnavailableError:
     return UpstreamUnavailableError(
         "the PostgreSQL database is unavailable", {"backend": "postgresql", "reason": reason}
     )
-
-
-_OTHER_TENANT = BeginResult(BeginOutcome.OTHER_TENANT)
-_RETENTION_EXPIRED = BeginResult(BeginOutcome.RETENTION_EXPIRED)
-_UNKNOWN_RUN = BeginResult(BeginOutcome.UNKNOWN_RUN)
-_KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)

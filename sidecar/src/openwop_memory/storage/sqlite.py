@@ -28,7 +28,6 @@ import os
 import secrets
 import sqlite3
 import stat
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Literal, cast
 
@@ -42,6 +41,10 @@ from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
 from ..domain import SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
 from .base import (
+    KEY_CONFLICT,
+    OTHER_TENANT,
+    RETENTION_EXPIRED,
+    UNKNOWN_RUN,
     BeginOutcome,
     BeginResult,
     EntryRow,
@@ -55,6 +58,7 @@ from .base import (
     StorageStartupError,
     SweepCounts,
 )
+from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
 from .sqlite_writer import GroupCommit, OpFn, Txn
@@ -114,7 +118,7 @@ class SqliteStorage:
         self._readers: list[aiosqlite.Connection] = []
         self._next_reader: Iterator[int] = iter(())
         self._closed = False
-        self._scope_pks = _ScopeCache(scope_cache_size)
+        self._scope_pks = ScopeCache(scope_cache_size)
         # A commit in flight longer than this is stuck: waiting for another process's
         # lock ends in an error after busy_timeout, so nothing legitimate takes much longer.
         self.stuck_after = busy_timeout_ms / 1000 + 10 if stuck_after is None else stuck_after
@@ -333,7 +337,7 @@ class SqliteStorage:
             if rows:
                 owner, snap, snap_us, touched_us = rows[0]
                 if owner != tenant:
-                    return _OTHER_TENANT
+                    return OTHER_TENANT
                 if snap is not None and touched_us > retention_cutoff_us:
                     txn.conn.execute(
                         "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
@@ -341,9 +345,9 @@ class SqliteStorage:
                     run = RunRecord(run_id, tenant, Snapshot(snap), snap_us)
                     return BeginResult(BeginOutcome.RESUMED, run)
                 if replay:
-                    return _RETENTION_EXPIRED
+                    return RETENTION_EXPIRED
             elif replay:
-                return _UNKNOWN_RUN
+                return UNKNOWN_RUN
             # Taken from the clock, so every entry inside the snapshot has createdAt <=
             # snapshotAt and every later one has createdAt >= snapshotAt.
             snap_us = txn.last_us
@@ -382,7 +386,7 @@ class SqliteStorage:
                 if earlier is not None:
                     digest, row = earlier
                     if digest != request.digest:
-                        return _KEY_CONFLICT
+                        return KEY_CONFLICT
                     return PutResult(PutOutcome.REPLAYED, row)
             seq, created_us = txn.stamp()
             row = EntryRow(
@@ -596,39 +600,8 @@ class SqliteStorage:
         )
 
 
-class _ScopeCache:
-    """Committed scope ids, the least recently used dropped past ``size`` (a miss costs
-    one indexed lookup on the writer thread)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._ids: OrderedDict[Scope, int] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def get(self, scope: Scope) -> int | None:
-        pk = self._ids.get(scope)
-        if pk is not None:
-            self._ids.move_to_end(scope)
-        return pk
-
-    def put(self, scope: Scope, pk: int) -> None:
-        self._ids[scope] = pk
-        self._ids.move_to_end(scope)
-        if len(self._ids) > self.size:
-            self._ids.popitem(last=False)
-
-
 def _probe(txn: Txn) -> None:
     """An empty write: the group commit around it still updates the clock and commits."""
-
-
-# Outcomes that carry no record, built once: begin and put run on the hot path.
-_OTHER_TENANT = BeginResult(BeginOutcome.OTHER_TENANT)
-_RETENTION_EXPIRED = BeginResult(BeginOutcome.RETENTION_EXPIRED)
-_UNKNOWN_RUN = BeginResult(BeginOutcome.UNKNOWN_RUN)
-_KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
 
 
 def _statement(sql: str, params: tuple[Any, ...]) -> OpFn:
