@@ -50,3 +50,19 @@ def test_the_documented_default_is_the_real_one(name: str) -> None:
     else:
         parsed_value = getattr(Settings.model_validate({name: value}), name)
         assert parsed_value == field.default, f"{name}: README shows {value!r}"
+
+
+def test_the_documented_health_thresholds_are_the_real_ones(tmp_path: Path) -> None:
+    """README and PROTOCOL.md give ``disk_full`` as under 16 MiB free and ``writer_stuck`` as
+    a commit in flight past the busy timeout plus 10 s: the constants say the same."""
+    from openwop_memory.storage import sqlite
+
+    assert sqlite._LOW_DISK_BYTES == 16 << 20
+    store = sqlite.SqliteStorage(str(tmp_path / "x.db"), busy_timeout_ms=2500)
+    assert store.stuck_after == 2.5 + 10
+    readme = " ".join(README.read_text().split())
+    protocol = " ".join((README.parent / "docs" / "PROTOCOL.md").read_text().split())
+    assert "less than 16 MiB free beside the database" in readme
+    assert "`sqlite.busy_timeout` plus 10 s" in readme
+    assert "under 16 MiB free beside the database" in protocol
+    assert "its busy timeout plus 10 s" in protocol
