@@ -22,7 +22,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lean_client import LeanClient
-from bench.proc import ServerProcess
+from bench.sidecar_bench import SidecarBenchConfig, SidecarUnderTest
 from bench.workdir import bench_workdir
 
 _ALPHABET = string.ascii_letters + string.digits
@@ -62,27 +62,14 @@ async def _gets(client: LeanClient, params: dict[str, object], until: float) -> 
 
 async def main(args: argparse.Namespace) -> None:
     with bench_workdir("stall") as workdir:
-        socket = str(workdir / "memory.sock")
-        argv = [
-            str(Path(sys.executable).parent / "openwop-memory"),
-            "serve",
-            "--socket",
-            socket,
-            "--database",
-            f"sqlite:///{workdir / 'memory.db'}",
-            "--log-level",
-            "error",
-            *args.sidecar_arg,
-        ]
-        server = ServerProcess(argv, workdir / "sidecar.log")
-        server.start()
-
-        async def probe() -> bool:
-            async with await LeanClient.connect(socket) as c:
-                return bool((await c.call("sidecar.health"))["status"] == "ok")
-
-        await server.wait_ready(probe, within=20)
-        try:
+        config = SidecarBenchConfig(
+            workdir=workdir,
+            sidecar_args=("--log-level", "error", *args.sidecar_arg),
+            startup_timeout=20,
+            stop_timeout=20,
+        )
+        async with SidecarUnderTest(config) as sidecar:
+            socket = sidecar.socket_path
             async with (
                 await LeanClient.connect(socket) as reader,
                 await LeanClient.connect(socket) as beginner,
@@ -113,8 +100,6 @@ async def main(args: argparse.Namespace) -> None:
                 while not task.done():
                     loaded += await _gets(reader, params, time.perf_counter() + 0.05)
                 await task
-        finally:
-            server.stop(20)
         print(f"keyring: {args.secrets} secrets x {args.chars} characters, {args.runs} runs")
         print(_summary("get, quiet", quiet))
         print(_summary("get, while compiling", loaded))

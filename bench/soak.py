@@ -36,7 +36,8 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lean_client import LeanClient, RpcError
-from bench.proc import ServerFailed, ServerProcess
+from bench.proc import ServerFailed
+from bench.sidecar_bench import SidecarBenchConfig, SidecarUnderTest
 from bench.workdir import bench_workdir
 
 SAMPLE_SECONDS = 10.0
@@ -221,71 +222,61 @@ def _verdict(samples: list[tuple[float, int]], warmup: float) -> tuple[bool, str
 async def soak(seconds: float, rate: float, keyring_memory: int, extra: list[str]) -> int:
     warmup = min(60.0, max(10.0, 0.2 * seconds))
     with bench_workdir("soak") as workdir:
-        socket = str(workdir / "memory.sock")
-        argv = [
-            str(Path(sys.executable).parent / "openwop-memory"),
-            "serve",
-            "--socket",
-            socket,
-            "--database",
-            f"sqlite:///{workdir / 'memory.db'}",
-            "--log-level",
-            "warning",
-            "--sweep-interval",
-            "5s",
-            *(["--max-keyring-memory-bytes", str(keyring_memory)] if keyring_memory else []),
-            *extra,
-        ]
-        server = ServerProcess(argv, workdir / "sidecar.log")
-        server.start()
-
-        async def probe() -> bool:
-            async with await LeanClient.connect(socket) as c:
-                return bool((await c.call("sidecar.health"))["status"] == "ok")
-
-        await server.wait_ready(probe, within=30)
-        print(
-            f"soak: {seconds:.0f} s at {rate:.0f} requests/s, max_keyring_memory_bytes "
-            f"{keyring_memory}, pid {server.pid}, warm-up {warmup:.0f} s",
-            flush=True,
-        )
-        shared = Shared()
-        pacer = Pacer(rate)
-        clients = [await LeanClient.connect(socket, pipelined=True) for _ in range(CONNECTIONS)]
-        monitor = await LeanClient.connect(socket)
-        workers = [
-            asyncio.create_task(Worker(n, clients, pacer, shared).run_forever())
-            for n in range(WORKERS)
-        ]
-        samples: list[tuple[float, int]] = []
-        started = time.perf_counter()
-        last_requests = 0
-        try:
-            while (elapsed := time.perf_counter() - started) < seconds:
-                await asyncio.sleep(min(SAMPLE_SECONDS, seconds - elapsed))
-                server.check_alive()
-                elapsed = time.perf_counter() - started
-                rss = server.memory().rss_kib
-                samples.append((elapsed, rss))
-                stats = await monitor.call("sidecar.stats")
-                done = shared.requests - last_requests
-                last_requests = shared.requests
-                print(
-                    f"{elapsed:6.0f} s  RSS {rss / 1024:7.1f} MiB  "
-                    f"{done / SAMPLE_SECONDS:5.0f} req/s  runs {shared.runs} "
-                    f"(abandoned {shared.abandoned}), open {stats['activeRuns']}, "
-                    f"evicted {stats.get('runsEvicted', '?')}, keyrings "
-                    f"{stats.get('keyringMemoryBytes', 0) / 1048576:.1f} MiB, "
-                    f"swept {stats['entriesSwept']}",
-                    flush=True,
-                )
-        finally:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            for client in [*clients, monitor]:
-                await client.close()
-            stopped = server.stop(30)
+        keyring_arg = ["--max-keyring-memory-bytes", str(keyring_memory)] if keyring_memory else []
+        config = SidecarBenchConfig(
+            workdir=workdir,
+            sidecar_args=(
+                "--log-level", "warning", "--sweep-interval", "5s", *keyring_arg, *extra
+            ),
+            startup_timeout=30,
+            stop_timeout=30,
+        )  # fmt: skip
+        sidecar = SidecarUnderTest(config)
+        async with sidecar:
+            socket, server = sidecar.socket_path, sidecar.process
+            print(
+                f"soak: {seconds:.0f} s at {rate:.0f} requests/s, max_keyring_memory_bytes "
+                f"{keyring_memory}, pid {server.pid}, warm-up {warmup:.0f} s",
+                flush=True,
+            )
+            shared = Shared()
+            pacer = Pacer(rate)
+            clients = [await LeanClient.connect(socket, pipelined=True) for _ in range(CONNECTIONS)]
+            monitor = await LeanClient.connect(socket)
+            workers = [
+                asyncio.create_task(Worker(n, clients, pacer, shared).run_forever())
+                for n in range(WORKERS)
+            ]
+            samples: list[tuple[float, int]] = []
+            started = time.perf_counter()
+            last_requests = 0
+            try:
+                while (elapsed := time.perf_counter() - started) < seconds:
+                    await asyncio.sleep(min(SAMPLE_SECONDS, seconds - elapsed))
+                    server.check_alive()
+                    elapsed = time.perf_counter() - started
+                    rss = server.memory().rss_kib
+                    samples.append((elapsed, rss))
+                    stats = await monitor.call("sidecar.stats")
+                    done = shared.requests - last_requests
+                    last_requests = shared.requests
+                    print(
+                        f"{elapsed:6.0f} s  RSS {rss / 1024:7.1f} MiB  "
+                        f"{done / SAMPLE_SECONDS:5.0f} req/s  runs {shared.runs} "
+                        f"(abandoned {shared.abandoned}), open {stats['activeRuns']}, "
+                        f"evicted {stats.get('runsEvicted', '?')}, keyrings "
+                        f"{stats.get('keyringMemoryBytes', 0) / 1048576:.1f} MiB, "
+                        f"swept {stats['entriesSwept']}",
+                        flush=True,
+                    )
+            finally:
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                for client in [*clients, monitor]:
+                    await client.close()
+        stopped = sidecar.stopped
+        assert stopped is not None
         unexpected = {
             k: v
             for k, v in shared.outcomes.items()
