@@ -92,10 +92,35 @@ class BeginResult:
     run: RunRecord | None = None
 
 
-# Outcomes that carry no record, built once for every backend (begin and put are hot paths).
-OTHER_TENANT = BeginResult(BeginOutcome.OTHER_TENANT)
-RETENTION_EXPIRED = BeginResult(BeginOutcome.RETENTION_EXPIRED)
-UNKNOWN_RUN = BeginResult(BeginOutcome.UNKNOWN_RUN)
+# The outcomes of begin_run that carry no record, built once (begin is a hot path).
+REFUSED: dict[BeginOutcome, BeginResult] = {
+    outcome: BeginResult(outcome)
+    for outcome in (
+        BeginOutcome.OTHER_TENANT,
+        BeginOutcome.RETENTION_EXPIRED,
+        BeginOutcome.UNKNOWN_RUN,
+    )
+}
+
+
+def classify_run(
+    found: tuple[str, bool, int] | None, *, tenant: str, replay: bool, retention_cutoff_us: int
+) -> BeginOutcome:
+    """What :meth:`Storage.begin_run` does with the run it found, the one rule every backend
+    applies: ``found`` is the run's (tenant, whether it has a snapshot, touched_us), or
+    ``None`` for a run never begun.
+
+    RESUMED: keep the snapshot (touch it). CREATED: take a fresh snapshot (a new run, or one
+    past retention without ``replay``). The others write nothing.
+    """
+    if found is None:
+        return BeginOutcome.UNKNOWN_RUN if replay else BeginOutcome.CREATED
+    owner, has_snapshot, touched_us = found
+    if owner != tenant:
+        return BeginOutcome.OTHER_TENANT
+    if has_snapshot and touched_us > retention_cutoff_us:
+        return BeginOutcome.RESUMED
+    return BeginOutcome.RETENTION_EXPIRED if replay else BeginOutcome.CREATED
 
 
 @dataclass(frozen=True, slots=True)

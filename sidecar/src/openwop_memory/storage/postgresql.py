@@ -39,9 +39,7 @@ from ..domain import SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
 from .base import (
     KEY_CONFLICT,
-    OTHER_TENANT,
-    RETENTION_EXPIRED,
-    UNKNOWN_RUN,
+    REFUSED,
     BeginOutcome,
     BeginResult,
     EntryRow,
@@ -54,6 +52,7 @@ from .base import (
     StorageHealth,
     StorageStartupError,
     SweepCounts,
+    classify_run,
 )
 from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS
@@ -294,20 +293,19 @@ class PostgresqlStorage:
                     " WHERE run_id = $1 FOR UPDATE",
                     run_id,
                 )
-                if row is None and replay:
-                    return UNKNOWN_RUN
-                if row is not None:
-                    owner, snap, snap_us, touched_us = row
-                    if owner != tenant:
-                        return OTHER_TENANT
-                    if snap is not None and touched_us > retention_cutoff_us:
-                        await conn.execute(
-                            "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
-                        )
-                        run = RunRecord(run_id, tenant, Snapshot(snap), snap_us)
-                        return BeginResult(BeginOutcome.RESUMED, run)
-                    if replay:
-                        return RETENTION_EXPIRED
+                found = None if row is None else (row[0], row[1] is not None, row[3])
+                outcome = classify_run(
+                    found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
+                )
+                if outcome is BeginOutcome.RESUMED:
+                    assert row is not None
+                    await conn.execute(
+                        "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
+                    )
+                    run = RunRecord(run_id, tenant, Snapshot(row[1]), row[2])
+                    return BeginResult(outcome, run)
+                if outcome is not BeginOutcome.CREATED:
+                    return REFUSED[outcome]
                 # Taking the clock (for no sequence number) waits for the tenant's writes in
                 # flight and pulls last_us up to now: entries inside the snapshot have
                 # createdAt <= it, later ones >= it.

@@ -42,9 +42,7 @@ from ..domain import SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
 from .base import (
     KEY_CONFLICT,
-    OTHER_TENANT,
-    RETENTION_EXPIRED,
-    UNKNOWN_RUN,
+    REFUSED,
     BeginOutcome,
     BeginResult,
     EntryRow,
@@ -57,6 +55,7 @@ from .base import (
     StorageHealth,
     StorageStartupError,
     SweepCounts,
+    classify_run,
 )
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors
@@ -334,20 +333,19 @@ class SqliteStorage:
                 "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
                 (run_id,),
             ).fetchall()
-            if rows:
-                owner, snap, snap_us, touched_us = rows[0]
-                if owner != tenant:
-                    return OTHER_TENANT
-                if snap is not None and touched_us > retention_cutoff_us:
-                    txn.conn.execute(
-                        "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
-                    )
-                    run = RunRecord(run_id, tenant, Snapshot(snap), snap_us)
-                    return BeginResult(BeginOutcome.RESUMED, run)
-                if replay:
-                    return RETENTION_EXPIRED
-            elif replay:
-                return UNKNOWN_RUN
+            row = rows[0] if rows else None
+            found = None if row is None else (row[0], row[1] is not None, row[3])
+            outcome = classify_run(
+                found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
+            )
+            if outcome is BeginOutcome.RESUMED:
+                assert row is not None
+                txn.conn.execute(
+                    "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
+                )
+                return BeginResult(outcome, RunRecord(run_id, tenant, Snapshot(row[1]), row[2]))
+            if outcome is not BeginOutcome.CREATED:
+                return REFUSED[outcome]
             # Taken from the clock, so every entry inside the snapshot has createdAt <=
             # snapshotAt and every later one has createdAt >= snapshotAt.
             snap_us = txn.last_us
