@@ -87,7 +87,7 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
-__all__ = ["PATTERNS", "CredentialPattern", "find_credentials"]
+__all__ = ["PATTERNS", "CredentialPattern", "find_credentials", "may_hold_credentials"]
 
 
 @dataclass(frozen=True)
@@ -380,11 +380,28 @@ _SCANNERS = _scanners()
 _PRIORITY = {p.name: i for i, p in enumerate(PATTERNS)}
 
 
-def _anchor_hits(text: str) -> list[tuple[_Scanner, int, int]]:
-    """(scanner, anchor index in it, position) of every occurrence of every anchor."""
+def _scanned(text: str) -> bytes:
+    """``text`` as the anchor automata read it."""
     # One byte per code point, so byte offsets are code-point offsets: anchors are ASCII,
     # and every other character (including a lone surrogate) becomes "?".
-    data = text.encode("latin-1", "replace")
+    return text.encode("latin-1", "replace")
+
+
+def may_hold_credentials(text: str) -> bool:
+    """False only when :func:`find_credentials` finds nothing in ``text``: every format's
+    regex runs only at an anchor the automata report, and this asks the same automata
+    whether they report any. Costs their (prefiltered) passes alone. Never raises."""
+    data = _scanned(text)
+    # A loop, not any() over a generator: this runs on every put, and the loop is cheaper.
+    for scanner in _SCANNERS:  # noqa: SIM110
+        if scanner.automaton.find_matches_as_indexes(data):
+            return True
+    return False
+
+
+def _anchor_hits(text: str) -> list[tuple[_Scanner, int, int]]:
+    """(scanner, anchor index in it, position) of every occurrence of every anchor."""
+    data = _scanned(text)
     hits: list[tuple[_Scanner, int, int]] = []
     for scanner in _SCANNERS:
         for index, start, _end in scanner.automaton.find_matches_as_indexes(data):

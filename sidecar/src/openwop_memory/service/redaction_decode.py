@@ -30,14 +30,19 @@ MAX_GZIP_OUTPUT = 256 * 1024
 
 # Escapes, one regex per leading character so that each scans at C speed for its literal
 # (one alternation of them all tries every branch at every "=" of ordinary code), and a run
-# of escapes is one token.
+# of escapes is one token. Each is its leading character and what follows it, so that no
+# escape can start with anything else (may_hold_escapes relies on it).
 _ESCAPE = (
-    r"%[0-9A-Fa-f]{2}",
-    r"&(?:#[0-9]{1,7};?|#[xX][0-9A-Fa-f]{1,6};?|[A-Za-z][A-Za-z0-9]{1,31};)",
-    r"\\(?:u\{[0-9A-Fa-f]{1,6}\}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{1,3})",
-    r"=(?:[0-9A-F]{2}|\r?\n)",
+    ("%", r"[0-9A-Fa-f]{2}"),
+    ("&", r"(?:#[0-9]{1,7};?|#[xX][0-9A-Fa-f]{1,6};?|[A-Za-z][A-Za-z0-9]{1,31};)"),
+    ("\\", r"(?:u\{[0-9A-Fa-f]{1,6}\}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{1,3})"),
+    ("=", r"(?:[0-9A-F]{2}|\r?\n)"),
 )
-_ESCAPE_RUNS = tuple(re.compile(f"{one}(?:{one})*") for one in _ESCAPE)
+_ESCAPE_STARTS = tuple(lead for lead, _ in _ESCAPE)
+_ESCAPE_RUNS = tuple(
+    re.compile(f"{one}(?:{one})*") for one in (re.escape(lead) + rest for lead, rest in _ESCAPE)
+)
+_LEAD_RUNS = tuple(zip(_ESCAPE_STARTS, _ESCAPE_RUNS, strict=True))
 # Backslash escapes that put a letter into the raw skeleton (JSON's \n of a PEM key):
 # decoded inside a view, but they do not open one.
 _LETTER_ESCAPES = re.compile(r"\\[nrtbf](?:\\[nrtbf])*")
@@ -252,11 +257,23 @@ Keep = Callable[[int, int], bool]
 Room = Callable[[int, int], tuple[int, int]]
 
 
+def may_hold_escapes(text: str) -> bool:
+    """False only when :func:`escape_views` yields nothing for ``text``, whatever its other
+    arguments: a view is only opened by a token of one of :data:`_ESCAPE_RUNS` (the letter
+    escapes never open one), so a text none of them matches has none. Costs a substring
+    test per escape's leading character, and a regex search only where one occurs."""
+    # A loop, not any() over a generator: this runs on every put, and the loop is cheaper.
+    for lead, regex in _LEAD_RUNS:  # noqa: SIM110
+        if lead in text and regex.search(text) is not None:
+            return True
+    return False
+
+
 def escape_views(text: str, margin: int, keep: Keep, room: Room) -> Iterator[View]:
     """Decoded views of the stretches of ``text`` within ``margin`` of an escape that could
     hide a letter or digit and that ``keep(start, end)`` accepts, each inside the
     ``room(start, end)`` it has."""
-    if not any(c in text for c in "%&\\="):
+    if not may_hold_escapes(text):
         return
     tokens = _tokens(text)
     regions: list[list[int]] = []
@@ -393,13 +410,39 @@ def _plausible(classes: bytes, start: int, end: int) -> bool:
     return not punctuation and (upper > 0 or lower + digits >= 32)
 
 
+def _candidate_runs(text: str, latin: bytes, mapped: bytes) -> Iterator[tuple[int, int]]:
+    """The runs of ``text`` that could be an encoding (:func:`_runs`, :func:`_plausible`),
+    given :func:`_run_map` of it."""
+    if mapped.find(_RUN_SEED) < 0:  # _runs would find none: spare the class map
+        return
+    classes = latin.translate(_CLASS_MAP)
+    for start, end in _runs(text, mapped):
+        if _plausible(classes, start, end):
+            yield start, end
+
+
+def _run_map(text: str) -> tuple[bytes, bytes]:
+    """``text`` as one byte per character (Latin-1, "?" beyond), and that mapped by
+    :data:`_RUN_MAP`."""
+    latin = text.encode("latin-1", "replace")
+    return latin, latin.translate(_RUN_MAP)
+
+
+def may_hold_blobs(text: str) -> bool:
+    """False only when :func:`blobs` yields nothing for ``text``, whatever its other
+    arguments: every blob is one of the same candidate runs. For text without a run of
+    :data:`_MIN_RUN` characters of an encoding's alphabet, this costs one byte map."""
+    latin, mapped = _run_map(text)
+    if mapped.find(_RUN_SEED) < 0:
+        return False
+    return next(_candidate_runs(text, latin, mapped), None) is not None
+
+
 def blobs(text: str, budget: Budget, keep: Keep) -> Iterator[Blob]:
     """The runs of ``text`` that ``keep(start, end)`` accepts and that decode to something
     textual, with those decodings."""
-    latin = text.encode("latin-1", "replace")
-    classes = latin.translate(_CLASS_MAP)
-    for start, end in _runs(text, latin.translate(_RUN_MAP)):
-        if not keep(start, end) or not _plausible(classes, start, end):
+    for start, end in _candidate_runs(text, *_run_map(text)):
+        if not keep(start, end):
             continue
         run = text[start:end]
         compact = _BLOB_NOISE.sub("", run) if _NOISY.search(run) else run

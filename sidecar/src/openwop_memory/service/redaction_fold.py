@@ -136,12 +136,24 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _SEGMENTS_PER_CHAR = 1 / 256
 
 
+def skeleton_bytes(text: str) -> bytes:
+    """The skeleton of ``text`` as UTF-8 bytes, without the way back: always equal to
+    ``skeleton(text).data`` encoded (a skeleton never holds a surrogate, so this never
+    raises). What a search that only asks whether anything matches needs."""
+    if text.isascii():
+        return _ascii_skeleton(text)
+    return text.translate(_FOLD_TABLE).encode()
+
+
+def _ascii_skeleton(text: str) -> bytes:
+    return text.encode().translate(_ASCII_TABLE, _ASCII_DELETE)
+
+
 def skeleton(text: str) -> Skeleton:
     """The skeleton of ``text``. ASCII stretches fold on the bytes fast path; the rest one
     character at a time."""
     if text.isascii():
-        data = text.encode().translate(_ASCII_TABLE, _ASCII_DELETE)
-        return Skeleton(text, data, [0], [0])
+        return Skeleton(text, _ascii_skeleton(text), [0], [0])
     pieces: list[str] = []
     skel_starts: list[int] = []
     text_starts: list[int] = []

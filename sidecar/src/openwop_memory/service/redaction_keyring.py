@@ -28,7 +28,7 @@ from typing import NamedTuple
 import ahocorasick_rs
 from openwop_memory_client.wire import MIN_SECRET_CHARS
 
-from .redaction_fold import Folded, Skeleton, fold, folded, skeleton
+from .redaction_fold import Folded, Skeleton, fold, folded, skeleton, skeleton_bytes
 from .redaction_needles import (
     FRAGMENT_CHARS,
     MAX_FRAGMENTS,
@@ -225,6 +225,7 @@ class Keyring:
                 (codecs.encode(value, "rot13"), codecs.encode(private, "rot13")),
             ):
                 self._add_windows(windows, index, folded(source), fold(window_text))
+        self._literal_values = tuple(self._secrets[i].value for i in self._literal)
         # Tuples of atoms, which the garbage collector stops tracking (see _Windows).
         self._forms = [tuple(entries) for entries in forms.values()]
         self._windows = windows
@@ -263,6 +264,25 @@ class Keyring:
     def secret(self, index: int) -> Secret:
         return self._secrets[index]
 
+    def may_match(self, text: str) -> bool:
+        """False only when :meth:`scan` finds nothing in ``text``; never raises.
+
+        :meth:`scan` makes hits from three sources alone, and this asks each the same
+        question: whether its automata match anything in the same skeleton
+        (:func:`skeleton_bytes` is ``skeleton(text).data``, encoded), and whether a value
+        matched verbatim occurs. It costs the automaton passes, without a :class:`Skeleton`.
+        """
+        if not self._secrets:
+            return False
+        data = skeleton_bytes(text)
+        for _, ac in self._forms_acs:
+            if ac.find_matches_as_indexes(data, overlapping=True):
+                return True
+        for _, ac in self._windows_acs:
+            if ac.find_matches_as_indexes(data):
+                return True
+        return any(value in text for value in self._literal_values)
+
     def scan(self, text: str) -> list[Hit]:
         """Hits of registered secrets in ``text`` itself (no decoding). Never raises."""
         if not self._secrets:
@@ -293,8 +313,7 @@ class Keyring:
                 for index, needle in self._forms[key]:
                     hits.append(self._widen(text, runs, start, end, index, needle))
             hits.extend(self._fragments(skel, windows))
-        for index in self._literal:
-            value = self._secrets[index].value
+        for index, value in zip(self._literal, self._literal_values, strict=True):
             at_ = text.find(value)
             while at_ >= 0:
                 hits.append(Hit(at_, at_ + len(value), index, "", False))
