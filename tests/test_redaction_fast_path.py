@@ -96,17 +96,19 @@ def _disguised(draw: st.DrawFn) -> str:
     return draw(st.sampled_from((form, form[start:end], form[:end], form[start:])))
 
 
-_PIECES = st.one_of(
-    _disguised(),
+_EDGES = st.one_of(
     st.sampled_from(_WORDS),
     st.text(max_size=24),  # any Unicode: marks, controls, compatibility forms, NUL
     st.text(st.characters(exclude_categories=()), max_size=8),  # lone surrogates too
     st.text(_B64, min_size=12, max_size=20),  # around the 16 characters a blob needs
-    st.text(_HEX, min_size=28, max_size=36),  # around the 32 a hex blob needs
+    st.text(_HEX, min_size=28, max_size=44),  # around the 32 a hex blob needs; digests
+    st.text(string.ascii_letters + string.digits, min_size=14, max_size=40),  # identifiers
     st.sampled_from(_ESCAPE_BITS),
     st.sampled_from(_MARKERS),
     st.builds(lambda a, body: a + body, st.sampled_from(_ANCHORS), st.text(_B64, max_size=90)),
 )
+# Half disguises, half the shortcut's edges.
+_PIECES = _disguised() | _EDGES
 
 
 @st.composite
@@ -199,15 +201,31 @@ def test_plain_prose_takes_the_shortcut(keyring: Keyring, patterns: bool) -> Non
 
 
 @pytest.mark.parametrize(
+    "aside",
+    [
+        "fixed in 3f5e2c1d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d",  # a commit: hex, but not text
+        "see https://example.org/docs?page=2&lang=en",  # an anchor ("://"), no credential
+        "call OpenAIClientConfig2024 first",  # a run that could be base64, decodes to noise
+        "x = 5; R&D; 100% sure; path/to/some_module_name.py",  # escape characters, no escape
+    ],
+    ids=["digest", "url", "identifier", "punctuation"],
+)
+def test_what_notes_often_hold_still_takes_the_shortcut(aside: str) -> None:
+    text = PROSE + ", " + aside
+    assert nothing_to_find(TWO_SECRETS, text, True)
+    assert redact_in_full(TWO_SECRETS, text, ()) == Redacted(text, (), (), False)
+
+
+@pytest.mark.parametrize(
     "text",
     [
         PROSE + " [REDACTED:run-1]",  # a marker: the full search must see it blanked
         PROSE + " 50%41 off",  # an escape
         PROSE + " QUJDREVGR0hJSktMTU5P",  # a run long enough to be base64
-        PROSE + " ghp_",  # a credential's anchor
+        PROSE + " ghp_" + "a1B2" * 9,  # a credential's shape
         PROSE + " Kq8vN2xR7mLp",  # a fragment of a run secret
     ],
-    ids=["marker", "escape", "blob", "anchor", "fragment"],
+    ids=["marker", "escape", "blob", "credential", "fragment"],
 )
 def test_anything_that_could_hide_a_secret_declines_the_shortcut(text: str) -> None:
     assert not nothing_to_find(TWO_SECRETS, text, True)

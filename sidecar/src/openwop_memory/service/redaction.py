@@ -44,12 +44,13 @@ _REWRITE_PASSES = 2
 _ROOM_OVERLAP = 16
 
 PatternPolicy = Literal["off", "rewrite", "reject"]
-_MARKER = re.compile(r"\[REDACTED:[^\]\x00-\x1f]{1,160}\]")
+_MARKER_LEAD = "[REDACTED:"
+_MARKER = re.compile(re.escape(_MARKER_LEAD) + r"[^\]\x00-\x1f]{1,160}\]")
 EMPTY_KEYRING = Keyring.compile({})
 
 
 def marker(secret_id: str) -> str:
-    return f"[REDACTED:{secret_id}]"
+    return f"{_MARKER_LEAD}{secret_id}]"
 
 
 def _detect(
@@ -261,36 +262,42 @@ def nothing_to_find(keyring: Keyring, text: str, patterns: bool) -> bool:
     :data:`FIELD_SEPARATOR`) with ``keyring``, credential formats too if ``patterns``, finds
     nothing, so that :func:`redact_entry` may return the entry as it is. Never raises.
 
-    Why it is sound. The full search (:func:`_detect` at depth 0, on the text with its
-    markers blanked) returns its own :meth:`Keyring.scan` hits, its :func:`find_credentials`
-    hits, and the hits found in the escape views and the blobs of the text; nothing else.
+    Why that is sound. The full search, :func:`_detect` at depth 0 on the text with its
+    markers blanked, returns the hits of :meth:`Keyring.scan`, of :func:`find_credentials`
+    (with patterns), of its escape views and of its blobs; nothing else.
 
     - A keyring without secrets scans to nothing in any text, and without patterns no
       credential is looked for: no search at any depth can find anything.
-    - Otherwise, when :data:`_MARKER` matches nowhere, blanking leaves the text as it is, so
-      what follows is asked of the very text the full search reads;
-    - :func:`may_hold_escapes` False: :func:`escape_views` yields no view (its own first
-      test), so nothing decoded from an escape is searched;
-    - :func:`may_hold_blobs` False: :func:`blobs` yields no blob (the same candidate runs
-      feed it), so nothing base64, base32, hex or gzip is decoded;
+    - Otherwise, where :data:`_MARKER` matches nowhere, blanking leaves the text as it is:
+      the tests below read the very text the full search reads.
+    - :func:`may_hold_escapes` False: :func:`escape_views` yields no view (it is its own
+      first test), so no escape is decoded and the decode budget is untouched.
     - :meth:`Keyring.may_match` False: :meth:`Keyring.scan` finds nothing (the same
-      automata over the same skeleton, and the same verbatim values);
-    - :func:`may_hold_credentials` False (or patterns off): :func:`find_credentials` finds
-      nothing (no anchor, so no format's regex runs).
+      automata over the same skeleton, the same verbatim values).
+    - :func:`find_credentials` finds nothing (asked only where :func:`may_hold_credentials`
+      sees an anchor: with none, it finds nothing).
+    - Then no hit covers anything and the budget is whole, so the full search's call of
+      :func:`blobs` is the one made here (a text without a candidate run,
+      :func:`may_hold_blobs` False, skips it): no blob means nothing decoded is searched.
 
-    With no escape view and no blob nothing is decoded, so there is no deeper search, and
-    depth 0 found nothing. Every test is one the full search makes (or the first step of
-    one) on its own constants, so the two cannot drift apart.
+    Nothing at depth 0 and nothing decoded: the full search returns no hit. Each test is the
+    full search's own function (or its first step), so the two cannot drift apart.
     """
     if not (patterns or len(keyring)):
         return True
-    return not (
-        _MARKER.search(text) is not None
-        or may_hold_escapes(text)
-        or may_hold_blobs(text)
-        or keyring.may_match(text)
-        or (patterns and may_hold_credentials(text))
-    )
+    if _MARKER_LEAD in text and _MARKER.search(text) is not None:
+        return False
+    if may_hold_escapes(text) or keyring.may_match(text):
+        return False
+    if patterns and may_hold_credentials(text) and find_credentials(text):
+        return False
+    if may_hold_blobs(text):
+        return next(blobs(text, Budget(DECODE_BUDGET), _everywhere), None) is None
+    return True
+
+
+def _everywhere(start: int, end: int) -> bool:
+    return True
 
 
 def redact_entry(

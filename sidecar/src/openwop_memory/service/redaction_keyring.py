@@ -287,8 +287,7 @@ class Keyring:
         """Hits of registered secrets in ``text`` itself (no decoding). Never raises."""
         if not self._secrets:
             return []
-        skel = skeleton(text)
-        data = skel.data if isinstance(skel.data, bytes) else skel.data.encode()
+        data = skeleton_bytes(text)
         forms = [
             (offset + k, s, e)
             for offset, ac in self._forms_acs
@@ -299,10 +298,12 @@ class Keyring:
             for offset, ac in self._windows_acs
             for k, s, e in ac.find_matches_as_indexes(data)
         ]
-        if len(self._windows_acs) > 1:
-            windows.sort(key=itemgetter(1))  # _fragments reads them in text order
         hits: list[Hit] = []
         if forms or windows:
+            # The way back to the text is only needed for a match (most texts have none).
+            skel = skeleton(text)
+            if len(self._windows_acs) > 1:
+                windows.sort(key=itemgetter(1))  # _fragments reads them in text order
             if isinstance(skel.data, str):  # byte offsets to characters
                 at = _char_offsets(data, {p for _, s, e in forms + windows for p in (s, e)})
                 forms = [(k, at[s], at[e]) for k, s, e in forms]
