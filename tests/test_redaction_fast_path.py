@@ -224,8 +224,10 @@ def test_what_notes_often_hold_still_takes_the_shortcut(aside: str) -> None:
         PROSE + " QUJDREVGR0hJSktMTU5P",  # a run long enough to be base64
         PROSE + " ghp_" + "a1B2" * 9,  # a credential's shape
         PROSE + " Kq8vN2xR7mLp",  # a fragment of a run secret
+        # A long text with a run that could be an encoding is not decoded twice.
+        (PROSE + " ") * 30 + "3f5e2c1d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d",
     ],
-    ids=["marker", "escape", "blob", "credential", "fragment"],
+    ids=["marker", "escape", "blob", "credential", "fragment", "long-with-a-run"],
 )
 def test_anything_that_could_hide_a_secret_declines_the_shortcut(text: str) -> None:
     assert not nothing_to_find(TWO_SECRETS, text, True)

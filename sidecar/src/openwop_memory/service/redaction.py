@@ -21,6 +21,10 @@ secret cannot be hidden by splitting it around one, and redacting twice changes 
 
 After rewriting, the entry is searched again (and rewritten once more if a new hit formed
 across a marker); a hit that survives that is reported as ``leaked`` and never stored.
+
+Most entries hold nothing to find: :func:`nothing_to_find` shows it with a few of the full
+search's own first steps (a few microseconds for a short note), and the entry is returned
+as it is without the rest.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ MAX_DEPTH = 3
 DECODE_BUDGET = 256 << 10  # four entries of the default maximum size
 _REWRITE_PASSES = 2
 _ROOM_OVERLAP = 16
+# Up to this many characters, nothing_to_find decodes a text's candidate blobs itself (a
+# digest or an identifier in a note); when one decodes to text, the full search decodes it
+# again, which only a short text can afford.
+_PROBE_CHARS = 4096
 
 PatternPolicy = Literal["off", "rewrite", "reject"]
 _MARKER_LEAD = "[REDACTED:"
@@ -196,7 +204,8 @@ class Redacted(NamedTuple):
     """The entry with every secret replaced, what was found where, and whether any survived.
 
     Immutable; a named tuple rather than a frozen dataclass because every put builds one,
-    and a frozen dataclass costs four times as much to build."""
+    and a named tuple is built in C (a frozen dataclass sets each field through
+    ``object.__setattr__``)."""
 
     content: str
     tags: tuple[str, ...]
@@ -279,6 +288,8 @@ def nothing_to_find(keyring: Keyring, text: str, patterns: bool) -> bool:
     - Then no hit covers anything and the budget is whole, so the full search's call of
       :func:`blobs` is the one made here (a text without a candidate run,
       :func:`may_hold_blobs` False, skips it): no blob means nothing decoded is searched.
+      A text longer than :data:`_PROBE_CHARS` with a candidate run is left to the full
+      search instead, so that no long text is decoded twice.
 
     Nothing at depth 0 and nothing decoded: the full search returns no hit. Each test is the
     full search's own function (or its first step), so the two cannot drift apart.
@@ -292,6 +303,8 @@ def nothing_to_find(keyring: Keyring, text: str, patterns: bool) -> bool:
     if patterns and may_hold_credentials(text) and find_credentials(text):
         return False
     if may_hold_blobs(text):
+        if len(text) > _PROBE_CHARS:
+            return False
         return next(blobs(text, Budget(DECODE_BUDGET), _everywhere), None) is None
     return True
 
