@@ -51,8 +51,8 @@ from support.disguises import DISGUISES, KEY_KINDS, fake_key
 
 pytestmark = pytest.mark.backend_independent
 
-# Bounded so that the file stays well under a second or two: the keyrings are compiled once,
-# and an example redacts a few hundred characters.
+# Bounded so that the file takes a few seconds: the keyrings are compiled once, and an
+# example redacts a few hundred characters.
 EXAMPLES = 200
 
 _RNG = random.Random(20261201)
@@ -63,7 +63,7 @@ KEYS = {kind: fake_key(_RNG, kind) for kind in KEY_KINDS} | {
     "literal-short": "Zq7-Lp2x",
 }
 KEYRING = Keyring.compile({value: secret_id for secret_id, value in KEYS.items()})
-# The bench's keyring: two run secrets.
+# Two run secrets, as a run registers them.
 TWO_SECRETS = Keyring.compile({"Kq8vN2xR7mLp4TzW9yBc": "run-1", "pässwörd-ключ-2024!": "run-2"})
 KEYRINGS = (KEYRING, TWO_SECRETS, EMPTY_KEYRING)
 
