@@ -281,7 +281,8 @@ class Keyring:
         for _, ac in self._windows_acs:
             if ac.find_matches_as_indexes(data):
                 return True
-        return any(value in text for value in self._literal_values)
+        # Most keyrings have no verbatim value: spare them the generator.
+        return bool(self._literal_values) and any(v in text for v in self._literal_values)
 
     def scan(self, text: str) -> list[Hit]:
         """Hits of registered secrets in ``text`` itself (no decoding). Never raises."""
