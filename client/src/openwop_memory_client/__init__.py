@@ -5,8 +5,10 @@ the sidecar's Unix socket; ``client.run(...)`` opens a run whose ``list``/``get`
 ``delete`` are RFC 0004's ``MemoryAdapter``. Errors are the one hierarchy of ``_errors``.
 """
 
-from ._async_client import AsyncMemoryClient
-from ._async_run import AsyncMemoryRun
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     ConflictError,
     ForbiddenError,
@@ -26,8 +28,22 @@ from ._errors import (
     ValidationError,
     error_from_wire,
 )
-from ._sync_client import MemoryClient, MemoryRun
 from .wire import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
+
+if TYPE_CHECKING:
+    from ._async_client import AsyncMemoryClient
+    from ._async_run import AsyncMemoryRun
+    from ._sync_client import MemoryClient, MemoryRun
+
+# The clients are imported on first use: the sidecar imports this package for its errors
+# and wire models only, and the clients' modules (anyio's thread portal, the result
+# parsers) would cost every sidecar start-up time and memory it never uses.
+_CLIENTS = {
+    "AsyncMemoryClient": "._async_client",
+    "AsyncMemoryRun": "._async_run",
+    "MemoryClient": "._sync_client",
+    "MemoryRun": "._sync_client",
+}
 
 __version__ = "0.1.0"
 
@@ -59,3 +75,18 @@ __all__ = [
     "ValidationError",
     "error_from_wire",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The client classes, imported when first asked for (PEP 562).
+
+    :raises AttributeError: ``name`` is not one of this package's names.
+    """
+    module = _CLIENTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

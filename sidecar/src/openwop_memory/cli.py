@@ -14,7 +14,6 @@ import json
 import os
 import socket
 import sys
-import tomllib
 from collections.abc import Sequence
 
 from . import __version__
@@ -46,6 +45,8 @@ def _health_socket(args: argparse.Namespace) -> str:
         return os.environ["OPENWOP_MEMORY_SOCKET"]
     config = args.config or os.environ.get("OPENWOP_MEMORY_CONFIG")
     if config:
+        import tomllib  # only here: a probe given no config file never reads TOML
+
         try:
             with open(config, "rb") as f:
                 value = tomllib.load(f).get("socket")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -349,6 +348,8 @@ def _read_toml(path: str) -> dict[str, Any]:
 
     :raises ConfigError: unreadable, not TOML, an unknown key, or a group that is no table.
     """
+    import tomllib  # only with a config file: most sidecars are configured by flags or env
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)

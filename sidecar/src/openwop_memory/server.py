@@ -25,6 +25,7 @@ import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -32,7 +33,6 @@ import structlog
 
 from . import __version__
 from .config import Settings
-from .service.host_keyring import HostKeyring
 from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
 from .service.sweeper import Sweeper
@@ -42,6 +42,10 @@ from .wire.binding import TenantBinding, peer_of
 from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
+
+if TYPE_CHECKING:
+    # Imported when secrets_dir is set (see _load_host_keyring): most sidecars have none.
+    from .service.host_keyring import HostKeyring
 
 log = structlog.get_logger("openwop_memory.server")
 
@@ -240,6 +244,8 @@ class Server:
         """
         if self.settings.secrets_dir is None:
             return None
+        from .service.host_keyring import HostKeyring
+
         keyring = HostKeyring(Path(self.settings.secrets_dir))
         try:
             await anyio.to_thread.run_sync(keyring.reload)

@@ -23,10 +23,6 @@ from typing import Any, Protocol
 import orjson
 import pydantic
 import structlog
-from jsonrpcserver import JsonRpcError, Success
-from jsonrpcserver.async_dispatcher import call
-from jsonrpcserver.dispatcher import create_request, to_response
-from jsonrpcserver.sentinels import NOID
 from openwop_memory_client import (
     ForbiddenError,
     InternalError,
@@ -48,11 +44,11 @@ from openwop_memory_client.wire import (
     RunBeginParams,
     RunEndParams,
 )
-from oslash.either import Left
 
 from ..domain import retention_cutoff_us
 from ..service.memory import MemoryService
 from .binding import permits
+from .jsonrpc_parts import NOID, JsonRpcError, Left, Success, call, create_request, to_response
 
 log = structlog.get_logger("openwop_memory.request")
 

@@ -1,0 +1,119 @@
+"""Start-up imports only what serving requests needs (idle memory and start-to-ready).
+
+Each check runs in a fresh interpreter, since this test process has imported everything.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+from openwop_memory.wire.jsonrpc_parts import (
+    NOID,
+    JsonRpcError,
+    Left,
+    Success,
+    call,
+    create_request,
+    to_response,
+)
+
+pytestmark = pytest.mark.backend_independent
+
+# Never needed to serve a request of a SQLite sidecar without a config file or secrets_dir.
+NOT_AT_STARTUP = [
+    "jsonschema",  # via jsonrpcserver's package __init__ (see wire/jsonrpc_parts.py)
+    "jsonrpcserver.main",
+    "http.server",  # jsonrpcserver's own HTTP server
+    "tomllib",  # a config file only
+    "openwop_memory.service.host_keyring",  # secrets_dir only
+    "openwop_memory.storage.postgresql",
+    "openwop_memory_client._async_client",  # the client classes, not their errors and models
+    "openwop_memory_client._sync_client",
+    "openwop_memory_client._convert",
+    "anyio.from_thread",
+]
+
+
+def _modules_after(code: str) -> set[str]:
+    """``sys.modules`` of a fresh interpreter after running ``code``."""
+    probe = f"import sys\n{code}\nprint(sorted(sys.modules))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return set(ast.literal_eval(done.stdout.splitlines()[-1]))
+
+
+def test_serving_imports_nothing_only_other_paths_need() -> None:
+    loaded = _modules_after(
+        "from openwop_memory import cli, logs, server\n"
+        "from openwop_memory.config import Settings\n"
+        "server.make_storage(Settings())\n"
+    )
+    assert "openwop_memory.storage.sqlite" in loaded  # the probe did reach the server stack
+    assert "openwop_memory.wire.jsonrpc_parts" in loaded
+    assert [m for m in NOT_AT_STARTUP if m in loaded] == []
+
+
+def test_the_health_probe_imports_only_the_standard_library() -> None:
+    loaded = _modules_after("from openwop_memory import cli")
+    heavy = {"pydantic", "anyio", "structlog", "orjson", "openwop_memory_client", "tomllib"}
+    assert heavy.isdisjoint(m.split(".")[0] for m in loaded)
+
+
+def test_jsonrpcserver_imported_normally_afterwards_is_whole() -> None:
+    """The parts are loaded without leaving a half-made ``jsonrpcserver`` behind."""
+    loaded = _modules_after(
+        """
+from openwop_memory.wire import jsonrpc_parts
+assert "jsonrpcserver" not in sys.modules
+import jsonrpcserver, jsonrpcserver.dispatcher
+request = '{"jsonrpc": "2.0", "method": "ping", "id": 1}'
+answer = jsonrpcserver.dispatch(request, methods={"ping": lambda: jsonrpcserver.Success(1)})
+assert answer == '{"jsonrpc": "2.0", "result": 1, "id": 1}', answer
+assert jsonrpcserver.dispatcher.create_request is not None
+"""
+    )
+    assert "jsonschema" in loaded  # the normal import still validates, as it always did
+
+
+def test_the_parts_of_an_already_imported_jsonrpcserver_are_its_own() -> None:
+    _modules_after(
+        "import jsonrpcserver\n"
+        "from openwop_memory.wire import jsonrpc_parts as parts\n"
+        "assert parts.Success is jsonrpcserver.Success\n"
+        "assert parts.JsonRpcError is jsonrpcserver.JsonRpcError\n"
+    )
+
+
+@pytest.mark.anyio
+async def test_the_parts_call_a_method_and_shape_its_answer() -> None:
+    """What wire/dispatch.py relies on: ``call`` runs the method with the context first and
+    the params as keywords; a ``JsonRpcError`` becomes a ``Left`` carrying its fields."""
+
+    async def echo(ctx: str, /, **params: int) -> object:
+        return Success({"ctx": ctx, **params})
+
+    async def refuse(ctx: str, /, **params: int) -> object:
+        raise JsonRpcError(-32602, "bad", {"error": "validation_error"})
+
+    request = create_request({"jsonrpc": "2.0", "method": "m", "params": {"a": 1}, "id": 7})
+    ok = to_response(request, await call(request, "c", echo))
+    assert not isinstance(ok, Left)
+    assert (ok._value.result, ok._value.id) == ({"ctx": "c", "a": 1}, 7)
+
+    failed = to_response(request, await call(request, "c", refuse))
+    assert isinstance(failed, Left)
+    error = failed._error
+    assert (error.code, error.message, error.data, error.id) == (
+        -32602,
+        "bad",
+        {"error": "validation_error"},
+        7,
+    )
+
+    notification = create_request({"jsonrpc": "2.0", "method": "m", "params": {}})
+    assert notification.id is NOID
