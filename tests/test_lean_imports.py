@@ -117,3 +117,17 @@ async def test_the_parts_call_a_method_and_shape_its_answer() -> None:
 
     notification = create_request({"jsonrpc": "2.0", "method": "m", "params": {}})
     assert notification.id is NOID
+
+
+def test_settling_the_collector_freezes_and_raises_the_young_threshold() -> None:
+    _modules_after(
+        "import gc\n"
+        "from openwop_memory import gcpolicy\n"
+        "gc.set_threshold(700, 10, 10)\n"
+        "gcpolicy.settle_after_startup()\n"
+        "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n"
+        "assert gc.get_threshold() == (gcpolicy.YOUNG_THRESHOLD, 10, 10), gc.get_threshold()\n"
+        "gc.set_threshold(0)\n"
+        "gcpolicy.settle_after_startup()\n"
+        "assert gc.get_threshold()[0] == 0  # a disabled collector stays disabled\n"
+    )

@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from . import __version__
+from . import __version__, gcpolicy
 from .config import Settings
 from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
@@ -171,6 +171,7 @@ class Server:
         """
         listener = await self._startup()
         assert self.service is not None
+        gcpolicy.settle_after_startup()
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
