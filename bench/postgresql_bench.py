@@ -43,8 +43,14 @@ async def run(config: PostgresqlBenchConfig) -> SuiteResult:
     try:
         await asyncio.to_thread(server.__enter__)
         url = server.create_database("bench")
+        profile = config.sidecar.profile
         sidecar_config = dataclasses.replace(
-            config.sidecar, workdir=_subdir(workdir, "suite"), database_url=url, column=COLUMN
+            config.sidecar,
+            workdir=_subdir(workdir, "suite"),
+            database_url=url,
+            column=COLUMN,
+            # Beside the SQLite column's profile, not over it.
+            profile=None if profile is None else profile.with_name(f"{profile.name}-{COLUMN}"),
         )
         result = await run_sidecar(sidecar_config)
         result.notes[:] = [f"postgresql: {note}" for note in result.notes]
@@ -91,7 +97,10 @@ async def _fleet_put_rate(config: PostgresqlBenchConfig, url: str, size: int) ->
     sidecars = [
         SidecarUnderTest(
             dataclasses.replace(
-                config.sidecar, workdir=_subdir(workdir, f"fleet{size}-{n}"), database_url=url
+                config.sidecar,
+                workdir=_subdir(workdir, f"fleet{size}-{n}"),
+                database_url=url,
+                profile=None,
             )
         )
         for n in range(size)
@@ -132,7 +141,10 @@ async def _list_on_a_big_table(
     database = "big"
     url = server.create_database(database)
     sidecar_config = dataclasses.replace(
-        config.sidecar, workdir=_subdir(config.sidecar.workdir, "big"), database_url=url
+        config.sidecar,
+        workdir=_subdir(config.sidecar.workdir, "big"),
+        database_url=url,
+        profile=None,
     )
     async with (
         SidecarUnderTest(sidecar_config) as sidecar,

@@ -7,11 +7,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+_NS = 1e-9
 
 
 class ServerFailed(Exception):
@@ -91,6 +95,10 @@ class ServerProcess:
         rest = stat[stat.rindex(")") + 2 :].split()
         return (int(rest[11]) + int(rest[12])) / _CLK_TCK
 
+    def thread_cpu(self) -> dict[int, ThreadCpu]:
+        """CPU seconds so far of each live thread of the process, by thread id."""
+        return threads_cpu(self.pid)
+
     def stop(self, timeout: float) -> Stopped:
         """SIGTERM, wait up to ``timeout``, then SIGKILL."""
         assert self.proc is not None, "not started"
@@ -122,3 +130,84 @@ class ServerProcess:
             return self.log_path.stat().st_size
         except OSError:
             return 0
+
+
+@dataclass(frozen=True)
+class ThreadCpu:
+    name: str  # the thread's comm (Python 3.11 threads inherit the process's)
+    seconds: float
+
+
+def _task_seconds(task: Path) -> float:
+    """One thread's CPU time: ``schedstat`` (nanoseconds) where the kernel has it, else
+    ``stat`` (clock ticks, 10 ms on most kernels: too coarse for short phases)."""
+    try:
+        return int((task / "schedstat").read_text().split()[0]) * _NS
+    except (OSError, ValueError, IndexError):
+        stat = (task / "stat").read_text()
+        rest = stat[stat.rindex(")") + 2 :].split()
+        return (int(rest[11]) + int(rest[12])) / _CLK_TCK
+
+
+def threads_cpu(pid: int) -> dict[int, ThreadCpu]:
+    """CPU seconds of each live thread of process ``pid`` (threads that exit in between two
+    readings take their last slice with them: the sidecar's threads live as long as it)."""
+    found: dict[int, ThreadCpu] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found[int(task.name)] = ThreadCpu(
+                (task / "comm").read_text().strip(), _task_seconds(task)
+            )
+        except (OSError, ValueError):
+            continue  # it exited while we looked
+    return found
+
+
+def cpu_by_thread(
+    pid: int, before: dict[int, ThreadCpu], after: dict[int, ThreadCpu]
+) -> dict[str, float]:
+    """CPU seconds between two :func:`threads_cpu` readings, grouped by thread: the main
+    thread (the event loop) as ``event loop``, the others by name when they have names of
+    their own, else together as ``other threads``."""
+    main_name = after[pid].name if pid in after else ""
+    grouped: dict[str, float] = {}
+    for tid, now in after.items():
+        spent = now.seconds - (before[tid].seconds if tid in before else 0.0)
+        if tid == pid:
+            label = "event loop"
+        elif now.name and now.name != main_name:
+            label = now.name
+        else:
+            label = "other threads"
+        grouped[label] = grouped.get(label, 0.0) + spent
+    return grouped
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on, in order."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def set_affinity(pid: int, cpus: set[int]) -> None:
+    """Set the affinity of every live thread of ``pid`` to ``cpus``, and so of the threads
+    they start later (``os.sched_setaffinity`` on a pid moves only the thread of that id)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, FileNotFoundError):
+            continue  # it exited while we looked
+
+
+@contextmanager
+def pinned(placement: dict[int, set[int]]) -> Iterator[None]:
+    """Processes (by pid) pinned to CPUs for the duration, then free to run on every CPU
+    they could run on before (each process's main-thread mask, given to all its threads)."""
+    before = {pid: os.sched_getaffinity(pid) for pid in placement}
+    try:
+        for pid, cpus in placement.items():
+            set_affinity(pid, cpus)
+        yield
+    finally:
+        for pid, cpus in before.items():
+            with suppress(ProcessLookupError, FileNotFoundError):
+                set_affinity(pid, cpus)

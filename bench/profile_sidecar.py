@@ -1,19 +1,24 @@
 """Run ``openwop-memory`` under cProfile: ``profile_sidecar.py OUT wall|cpu ARGS...``.
 
-Only the event-loop thread is profiled (aiosqlite's connection threads are not). ``wall``
-charges a function for the time that passed, including time the process was not on a CPU,
-which shows waiting (on aiosqlite's threads, on the socket) but is inflated on a busy host;
+Only the event-loop thread is profiled (the writer's and aiosqlite's threads are not).
+``wall`` charges a function for the time that passed, including time the process was not on
+a CPU, which shows waiting (on other threads, on the socket) but is inflated on a busy host;
 ``cpu`` charges only the thread's own CPU time, which is robust to a shared host but hides
 waiting, and each sample costs a system call, so the sidecar runs several times slower.
-The stats are written when the sidecar returns, i.e. after a graceful SIGTERM.
+
+Phases: each SIGUSR1 writes the stats gathered since the previous one to ``OUT.N`` (N = 1,
+2, ...) and starts afresh, so a benchmark can cut the profile at its phase boundaries. The
+rest is written to ``OUT`` when the sidecar returns, i.e. after a graceful SIGTERM.
 """
 
 from __future__ import annotations
 
 import cProfile
+import signal
 import sys
 import time
 from collections.abc import Sequence
+from types import FrameType
 
 
 def main(argv: Sequence[str]) -> int:
@@ -24,6 +29,17 @@ def main(argv: Sequence[str]) -> int:
     from openwop_memory.cli import main as sidecar_main
 
     profiler = cProfile.Profile(time.thread_time if clock == "cpu" else time.perf_counter)
+    cuts = 0
+
+    def cut(signum: int, frame: FrameType | None) -> None:
+        nonlocal cuts
+        profiler.disable()
+        cuts += 1
+        profiler.dump_stats(f"{out}.{cuts}")
+        profiler.clear()
+        profiler.enable()
+
+    signal.signal(signal.SIGUSR1, cut)
     try:
         code: int = profiler.runcall(sidecar_main, rest)
     finally:

@@ -74,22 +74,44 @@ def _number(value: float) -> str:
 def format_table(metrics: Sequence[Metric]) -> str:
     """An aligned table: a row per metric name, a value column per ``Metric.column`` (one
     ``value`` column when no metric names one), and each column's verdict under pass/fail."""
+    return format_runs([metrics])
+
+
+def _span(values: list[float]) -> str:
+    known = [v for v in values if not math.isnan(v)]
+    if not known:
+        return "n/a"
+    low, high = min(known), max(known)
+    return _number(low) if _number(low) == _number(high) else f"{_number(low)}-{_number(high)}"
+
+
+def _verdict(passed: list[bool | None]) -> str:
+    if passed[0] is None:
+        return "-"
+    wins = sum(1 for p in passed if p)
+    if wins == len(passed):
+        return "PASS"
+    return "FAIL" if wins == 0 else f"PASS {wins}/{len(passed)}"
+
+
+def format_runs(runs: Sequence[Sequence[Metric]]) -> str:
+    """:func:`format_table` over several runs of the same suites: each cell the lowest and
+    highest value (``min-max``), each verdict ``PASS``, ``FAIL`` or ``PASS k/n``. A single
+    run prints as a plain table."""
+    metrics = [m for run in runs for m in run]
     columns = list(dict.fromkeys(m.column for m in metrics))
-    by_name: dict[str, dict[str, Metric]] = {}
+    by_name: dict[str, dict[str, list[Metric]]] = {}
     for m in metrics:
-        by_name.setdefault(m.name, {})[m.column] = m
+        by_name.setdefault(m.name, {}).setdefault(m.column, []).append(m)
     header = ("metric", *(c or "value" for c in columns), "unit", "target", "pass/fail")
     rows = []
     for name, cells in by_name.items():
-        first = next(iter(cells.values()))
-        verdicts = [
-            {None: "-", True: "PASS", False: "FAIL"}[cells[c].passed] if c in cells else "-"
-            for c in columns
-        ]
+        first = next(iter(cells.values()))[0]
+        verdicts = [_verdict([m.passed for m in cells[c]]) if c in cells else "-" for c in columns]
         rows.append(
             (
                 name,
-                *(_number(cells[c].value) if c in cells else "-" for c in columns),
+                *(_span([m.value for m in cells[c]]) if c in cells else "-" for c in columns),
                 first.unit,
                 "-" if first.target is None else str(first.target),
                 "-" if set(verdicts) == {"-"} else " / ".join(verdicts),

@@ -33,7 +33,7 @@ from bench.postgresql_bench import run as run_postgresql
 from bench.proc import ServerFailed
 from bench.redaction_bench import RedactionBenchConfig
 from bench.redaction_bench import run as run_redaction
-from bench.report import Metric, SuiteResult, format_table
+from bench.report import Metric, SuiteResult, format_runs
 from bench.sidecar_bench import BenchFailure, SidecarBenchConfig
 from bench.sidecar_bench import run as run_sidecar
 from bench.workdir import bench_workdir
@@ -46,6 +46,8 @@ class Options:
     samples: int
     warmup: int
     clients: int
+    get_clients: int
+    pin: bool
     quick: bool
     json: bool
     keep: bool
@@ -54,6 +56,7 @@ class Options:
     sidecar_exe: str
     sidecar_args: tuple[str, ...]
     postgresql: bool
+    runs: int
 
 
 def _sidecar_config(options: Options, workdir: Path, column: str) -> SidecarBenchConfig:
@@ -65,6 +68,12 @@ def _sidecar_config(options: Options, workdir: Path, column: str) -> SidecarBenc
         warmup=options.warmup,
         latency_blocks=10 if options.samples >= 100 else 1,
         clients=options.clients,
+        get_clients=options.get_clients,
+        throughput_blocks=1 if options.quick else 2,
+        starts=3 if options.quick else 5,
+        checkpoint_fill=1000 if options.quick else 3000,
+        checkpoint_rounds=2 if options.quick else 5,
+        pin=options.pin,
         storm_connections=50 if options.quick else 200,
         sidecar_exe=options.sidecar_exe,
         sidecar_args=options.sidecar_args,
@@ -113,7 +122,21 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--seconds", type=float, help="length of each throughput phase (5)")
     parser.add_argument("--samples", type=int, help="sequential latency samples per method (3000)")
     parser.add_argument("--warmup", type=int, help="unmeasured calls before each latency phase")
-    parser.add_argument("--clients", type=int, default=32, help="connections for throughput")
+    parser.add_argument("--clients", type=int, default=32, help="connections putting at once")
+    parser.add_argument(
+        "--get-clients", type=int, default=16, help="connections getting at once (and echoing)"
+    )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin the client and the servers to separate CPUs for sequential latencies",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="run everything this many times and print each value as min-max over the runs",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="small sizes for a smoke run (2000 entries, 1 s)"
     )
@@ -151,6 +174,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         samples=args.samples if args.samples is not None else (300 if quick else 3000),
         warmup=args.warmup if args.warmup is not None else (30 if quick else 200),
         clients=args.clients,
+        get_clients=args.get_clients,
+        pin=not args.no_pin,
         quick=quick,
         json=bool(args.json),
         keep=bool(args.keep),
@@ -159,9 +184,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         sidecar_exe=args.sidecar_exe,
         sidecar_args=tuple(args.sidecar_arg),
         postgresql=not args.no_postgresql,
+        runs=args.runs,
     )
-    if options.entries < 1 or options.samples < 1 or options.warmup < 0 or options.clients < 1:
-        parser.error("--entries, --samples and --clients must be positive, --warmup >= 0")
+    counts = (options.entries, options.samples, options.clients, options.get_clients, options.runs)
+    if min(counts) < 1 or options.warmup < 0:
+        parser.error(
+            "--entries, --samples, --clients, --get-clients and --runs must be positive,"
+            " --warmup >= 0"
+        )
     if not 0 < options.seconds <= 600:
         parser.error("--seconds must be in (0, 600]")
     return options
@@ -180,8 +210,17 @@ async def run_suites(options: Options) -> tuple[list[Metric], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
+    runs: list[list[Metric]] = []
+    notes: list[str] = []
     try:
-        metrics, notes = asyncio.run(run_suites(options))
+        for n in range(options.runs):
+            if options.runs > 1:
+                print(f"bench: run {n + 1} of {options.runs}", file=sys.stderr, flush=True)
+            metrics, run_notes = asyncio.run(run_suites(options))
+            runs.append(metrics)
+            notes.extend(
+                run_notes if options.runs == 1 else [f"run {n + 1}: {x}" for x in run_notes]
+            )
     except (BenchFailure, ServerFailed, ProtocolFailure, RpcError, TimeoutError, OSError) as exc:
         print(f"bench: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -190,13 +229,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench: FAILED", file=sys.stderr)
         return 1
     # The backends' suites side by side, then the rest (the redactor) in a table of its own.
-    by_backend = [m for m in metrics if m.column]
-    others = [m for m in metrics if not m.column]
-    print("\n\n".join(format_table(group) for group in (by_backend, others) if group))
+    by_backend = [[m for m in run if m.column] for run in runs]
+    others = [[m for m in run if not m.column] for run in runs]
+    print("\n\n".join(format_runs(group) for group in (by_backend, others) if group[0]))
+    if options.runs > 1:
+        print(f"each value: lowest-highest of {options.runs} runs; PASS k/n: passed in k of n")
     for note in notes:
         print(note)
     if options.json:
-        print(orjson.dumps({"metrics": [m.as_json() for m in metrics]}).decode())
+        if options.runs == 1:
+            print(orjson.dumps({"metrics": [m.as_json() for m in runs[0]]}).decode())
+        else:
+            print(
+                orjson.dumps(
+                    {"runs": [{"metrics": [m.as_json() for m in run]} for run in runs]}
+                ).decode()
+            )
     return 0
 
 
