@@ -18,8 +18,9 @@ from pathlib import Path
 from support.postgres import PostgresServer
 
 from bench.lean_client import LeanClient
+from bench.measure import percentile
 from bench.report import Metric, SuiteResult, Target
-from bench.sidecar_bench import SidecarBenchConfig, SidecarUnderTest, percentile
+from bench.sidecar_bench import SidecarBenchConfig, SidecarUnderTest
 from bench.sidecar_bench import run as run_sidecar
 
 COLUMN = "postgresql"

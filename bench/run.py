@@ -28,13 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import orjson
 
 from bench.lean_client import ProtocolFailure, RpcError
+from bench.measure import BenchFailure
 from bench.postgresql_bench import PostgresqlBenchConfig
 from bench.postgresql_bench import run as run_postgresql
 from bench.proc import ServerFailed
 from bench.redaction_bench import RedactionBenchConfig
 from bench.redaction_bench import run as run_redaction
 from bench.report import Metric, SuiteResult, format_runs
-from bench.sidecar_bench import BenchFailure, SidecarBenchConfig
+from bench.sidecar_bench import SidecarBenchConfig
 from bench.sidecar_bench import run as run_sidecar
 from bench.workdir import bench_workdir
 
@@ -70,8 +71,8 @@ def _sidecar_config(options: Options, workdir: Path, column: str) -> SidecarBenc
         clients=options.clients,
         get_clients=options.get_clients,
         throughput_blocks=1 if options.quick else 2,
-        starts=3 if options.quick else 5,
-        checkpoint_fill=1000 if options.quick else 3000,
+        starts=2 if options.quick else 5,
+        checkpoint_fill=500 if options.quick else 3000,
         checkpoint_rounds=2 if options.quick else 5,
         pin=options.pin,
         storm_connections=50 if options.quick else 200,

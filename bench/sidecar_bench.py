@@ -1,25 +1,26 @@
 """The sidecar benchmark: a real ``openwop-memory serve`` process measured from outside.
 
-Phases, in order: start a bare asyncio JSON echo server (its own process, the floor) and the
-sidecar (timed to its first healthy answer); a pipelined load of ``entries`` puts into one
-scope; memory after the load; one sequential client's echo/get/list/put latencies, sampled
-in alternating blocks so the floor and the sidecar see the same background load; get and put
-throughput with ``clients`` connections each doing one request at a time; memory again; a
-SIGTERM.
+Phases, in order: a few starts of the sidecar, each timed to its first healthy answer and
+its RSS read right then; a bare asyncio JSON echo server (its own process, the floor) and the
+measured sidecar; a pipelined load of ``entries`` puts into one scope; memory after the
+load; one sequential client's echo/get/list/put latencies, sampled in alternating blocks so
+the floor and the sidecar see the same background load, with the client and the servers
+pinned to separate CPUs; get and echo throughput with ``get_clients`` connections (also
+alternating), then put throughput with ``clients``, each with the server's CPU time per
+thread; SQLite's own batched insert of the same rows beside the sidecar's database
+(:mod:`bench.sqlite_baseline`); gets during forced WAL checkpoints (SQLite only); gets in a
+storm of malformed frames; memory again; a SIGTERM.
 
-Every phase is bounded in count and in time (``phase_timeout``); a phase that overruns, a
-server that dies, or a connection the server breaks fails the benchmark. Error answers and
-wrong answers are counted and reported, not fatal, because they are findings.
-
-The pieces (:class:`SidecarUnderTest`, :class:`EchoUnderTest`, :class:`Op`,
-:func:`interleaved_latencies`, :func:`throughput`, :func:`pipelined`) are meant for reuse by
-further suites.
+The issue's targets come first in the table, each with the floor it is a ratio of. Every
+phase is bounded in count and in time (``phase_timeout``); a phase that overruns, a server
+that dies, or a connection the server broke fails the benchmark. The measuring pieces are in
+:mod:`bench.measure`; :class:`SidecarUnderTest` and :class:`EchoUnderTest` are reused by
+the other suites.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import io
 import math
@@ -32,17 +33,31 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from bench import checkpointer, echo, flood, profile_sidecar
-from bench.lean_client import LeanClient, RpcError
-from bench.proc import ServerProcess, Stopped, cpu_by_thread, pinned, usable_cpus
+from bench import echo, profile_sidecar
+from bench.lean_client import LeanClient
+from bench.measure import (
+    BenchFailure,
+    CheckpointReads,
+    Errors,
+    Op,
+    checkpoint_latencies,
+    interleaved_latencies,
+    pipelined,
+    storm_latencies,
+    throughput,
+    us,
+)
+from bench.measure import (
+    percentile as percentile,  # re-exported: bench/redaction_bench.py imports it from here
+)
+from bench.proc import ServerProcess, Stopped, pinned, usable_cpus
 from bench.report import Metric, SuiteResult, Target
-from bench.sqlite_baseline import batched_insert
+from bench.sqlite_baseline import BatchedInsert, batched_insert
 
 TENANT = "bench"
 WRITER_RUN = "bench-writer"
@@ -65,10 +80,6 @@ _PHRASES = (
     "the worker read the alert",
 )
 KIB_PER_MIB = 1024.0
-
-
-class BenchFailure(Exception):
-    """The benchmark could not produce its numbers (not: the numbers missed a target)."""
 
 
 @dataclass(frozen=True)
@@ -104,46 +115,8 @@ class SidecarBenchConfig:
     column: str = ""  # the table column of this run's metrics (the backend's name)
 
 
-@dataclass
-class Errors:
-    """Error answers and wrong answers, by phase; the first few are kept for the report."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-    samples: list[str] = field(default_factory=list)
-
-    def add(self, phase: str, what: str) -> None:
-        self.counts[phase] = self.counts.get(phase, 0) + 1
-        if len(self.samples) < 10:
-            self.samples.append(f"{phase}: {what[:300]}")
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
-@dataclass(frozen=True)
-class Op:
-    """One kind of request: fresh params per call, and a check of the result against them.
-
-    ``check`` returns a description of what is wrong, or ``None``. Building params and
-    checking results happen outside the timed region.
-    """
-
-    method: str
-    params: Callable[[], dict[str, Any]]
-    check: Callable[[dict[str, Any], Any], str | None]
-
-
 def default_sidecar_exe() -> str:
     return shutil.which("openwop-memory", path=os.path.dirname(sys.executable)) or "openwop-memory"
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (NaN when empty)."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 class Content:
@@ -169,273 +142,6 @@ class Content:
             "content": f"#{n} {self._texts[n % len(self._texts)]}",
             "tags": ["bench", f"group:{n % 64}"],
         }
-
-
-# -- measuring ------------------------------------------------------------------------------
-
-
-async def attempt(client: LeanClient, op: Op, phase: str, errors: Errors) -> float | None:
-    """Seconds one call took, or ``None`` (counted in ``errors``) if it was not right."""
-    params = op.params()
-    try:
-        started = time.perf_counter()
-        result = await client.call(op.method, params)
-        elapsed = time.perf_counter() - started
-    except RpcError as exc:
-        errors.add(phase, f"error answer {exc.code}: {exc}")
-        return None
-    problem = op.check(params, result)
-    if problem is not None:
-        errors.add(phase, problem)
-        return None
-    return elapsed
-
-
-async def sequential_latencies(
-    client: LeanClient, op: Op, *, warmup: int, samples: int, phase: str, errors: Errors
-) -> list[float]:
-    """Sorted seconds of ``samples`` correct calls in a row, after ``warmup`` unmeasured ones."""
-    timings: list[float] = []
-    for i in range(warmup + samples):
-        elapsed = await attempt(client, op, phase, errors)
-        if elapsed is not None and i >= warmup:
-            timings.append(elapsed)
-    timings.sort()
-    return timings
-
-
-async def interleaved_latencies(
-    series: list[tuple[str, LeanClient, Op]],
-    *,
-    warmup: int,
-    samples: int,
-    blocks: int,
-    errors: Errors,
-) -> dict[str, list[float]]:
-    """Sorted seconds per series, sampled in alternating blocks rather than one after another.
-
-    On a shared host the background load drifts over minutes; taking every series a block at
-    a time spreads each over the same stretch of time, so their ratios compare like with like.
-    """
-    timings: dict[str, list[float]] = {name: [] for name, _, _ in series}
-    for name, client, op in series:
-        await sequential_latencies(
-            client, op, warmup=warmup, samples=0, phase=f"sequential {name}", errors=errors
-        )
-    for block in range(blocks):
-        # Spread the remainder so the blocks add up to exactly ``samples``.
-        count = samples // blocks + (1 if block < samples % blocks else 0)
-        for name, client, op in series:
-            timings[name] += await sequential_latencies(
-                client, op, warmup=0, samples=count, phase=f"sequential {name}", errors=errors
-            )
-    for values in timings.values():
-        values.sort()
-    return timings
-
-
-@dataclass(frozen=True)
-class Throughput:
-    ops: int
-    seconds: float
-    server_threads: dict[str, float]  # the server's CPU seconds in the phase, by thread group
-    client_cpu: float  # seconds of this process's CPU during the phase
-
-    @property
-    def rate(self) -> float:
-        return self.ops / self.seconds if self.seconds > 0 else math.nan
-
-    @property
-    def server_cpu(self) -> float:
-        """The server's CPU seconds in the phase, all its threads."""
-        return sum(self.server_threads.values())
-
-    def per_op_us(self, seconds: float) -> float:
-        return _us(seconds / self.ops) if self.ops else math.nan
-
-    def __add__(self, other: Throughput) -> Throughput:
-        threads = dict(self.server_threads)
-        for name, cpu in other.server_threads.items():
-            threads[name] = threads.get(name, 0.0) + cpu
-        return Throughput(
-            self.ops + other.ops,
-            self.seconds + other.seconds,
-            threads,
-            self.client_cpu + other.client_cpu,
-        )
-
-
-async def throughput(
-    server: ServerProcess,
-    socket_path: str,
-    op: Op,
-    *,
-    clients: int,
-    seconds: float,
-    max_ops_per_client: int,
-    phase: str,
-    errors: Errors,
-) -> Throughput:
-    """Correct calls per second with ``clients`` connections, each one request at a time,
-    and the CPU the server's threads and this process spent meanwhile."""
-    connections = [await LeanClient.connect(socket_path) for _ in range(clients)]
-    ops = 0
-    try:
-        # One unmeasured call per connection first, so the phase starts in steady state.
-        await asyncio.gather(*(attempt(c, op, phase, errors) for c in connections))
-        deadline = time.perf_counter() + seconds
-
-        async def worker(client: LeanClient) -> None:
-            nonlocal ops
-            for _ in range(max_ops_per_client):
-                if time.perf_counter() >= deadline:
-                    return
-                if await attempt(client, op, phase, errors) is not None:
-                    ops += 1
-
-        threads0, own0, t0 = server.thread_cpu(), time.process_time(), time.perf_counter()
-        await asyncio.gather(*(worker(c) for c in connections))
-        elapsed = time.perf_counter() - t0
-        threads1, own1 = server.thread_cpu(), time.process_time()
-    finally:
-        for c in connections:
-            await c.close()
-    spent = cpu_by_thread(server.pid, threads0, threads1)
-    return Throughput(ops, elapsed, spent, own1 - own0)
-
-
-async def pipelined(
-    socket_path: str,
-    op: Op,
-    *,
-    count: int,
-    connections: int,
-    window: int,
-    phase: str,
-    errors: Errors,
-) -> tuple[list[Any], float]:
-    """``count`` calls over ``connections`` connections with ``window`` in flight on each.
-
-    Returns the correct results (in completion order) and the seconds it all took.
-    """
-    results: list[Any] = []
-    remaining = count
-    clients = [await LeanClient.connect(socket_path, pipelined=True) for _ in range(connections)]
-
-    async def worker(client: LeanClient) -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            params = op.params()
-            try:
-                result = await client.call(op.method, params)
-            except RpcError as exc:
-                errors.add(phase, f"error answer {exc.code}: {exc}")
-                continue
-            problem = op.check(params, result)
-            if problem is None:
-                results.append(result)
-            else:
-                errors.add(phase, problem)
-
-    started = time.perf_counter()
-    try:
-        await asyncio.gather(*(worker(c) for c in clients for _ in range(window)))
-    finally:
-        for c in clients:
-            await c.close()
-    return results, time.perf_counter() - started
-
-
-async def storm_latencies(
-    socket_path: str, client: LeanClient, op: Op, *, connections: int, samples: int, errors: Errors
-) -> tuple[list[float], list[float]]:
-    """Sorted seconds of ``samples`` sequential calls alone, then during a storm of malformed
-    frames on ``connections`` other connections (:mod:`bench.flood`, a niced process of its
-    own, so the storm does not take this process's CPU)."""
-    alone = await sequential_latencies(
-        client, op, warmup=0, samples=samples, phase="storm baseline", errors=errors
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        flood.__file__,
-        socket_path,
-        str(connections),
-        stdout=asyncio.subprocess.PIPE,
-        preexec_fn=lambda: os.nice(10),
-    )
-    try:
-        assert process.stdout is not None
-        if (await process.stdout.readline()).strip() != b"ready":
-            raise BenchFailure("the storm did not start")
-        stormy = await sequential_latencies(
-            client, op, warmup=0, samples=samples, phase="storm", errors=errors
-        )
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        await process.communicate()
-    return alone, stormy
-
-
-@dataclass(frozen=True)
-class CheckpointReads:
-    alone: list[float]  # sorted seconds of gets with no checkpoint running
-    during: list[float]  # sorted seconds of gets begun while a checkpoint ran
-    checkpoints: list[float]  # seconds each checkpoint took, in order
-    unfinished: int  # checkpoints that could not truncate the WAL (busy)
-
-
-async def checkpoint_latencies(
-    database: Path,
-    client: LeanClient,
-    get: Op,
-    fill: Callable[[], Awaitable[object]],
-    *,
-    rounds: int,
-    samples: int,
-    errors: Errors,
-) -> CheckpointReads:
-    """Sequential gets alone, then during forced checkpoints: each round ``fill()`` puts enough
-    into the WAL to give a checkpoint work, then :mod:`bench.checkpointer` (a process of its
-    own, as an operator's ``sqlite3`` would be) runs ``PRAGMA wal_checkpoint(TRUNCATE)`` on
-    ``database`` while gets run back to back. A get counts as during if it began before the
-    checkpoint was seen to end, so a get the checkpoint held up is never left out.
-
-    :raises BenchFailure: the checkpointer did not run.
-    """
-    alone = await sequential_latencies(
-        client, get, warmup=0, samples=samples, phase="checkpoint baseline", errors=errors
-    )
-    during: list[float] = []
-    durations: list[float] = []
-    unfinished = 0
-    for _ in range(rounds):
-        await fill()
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, checkpointer.__file__, str(database), stdout=asyncio.subprocess.PIPE
-        )
-        try:
-            assert process.stdout is not None
-            if (await process.stdout.readline()).strip() != b"start":
-                raise BenchFailure("the checkpointer did not start")
-            done = asyncio.ensure_future(process.stdout.readline())
-            while not done.done():
-                elapsed = await attempt(client, get, "checkpoint", errors)
-                if elapsed is not None:
-                    during.append(elapsed)
-            fields = (await done).split()
-            if len(fields) != 5 or fields[0] != b"done":
-                raise BenchFailure(f"the checkpointer failed: {b' '.join(fields)!r}")
-            unfinished += fields[1] != b"0"
-            durations.append(float(fields[4]))
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.terminate()
-            await process.communicate()
-    during.sort()
-    return CheckpointReads(alone, during, durations, unfinished)
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -569,10 +275,6 @@ def _profile_summary(path: Path, top: int = 30) -> str:
 
 
 # -- the suite ------------------------------------------------------------------------------
-
-
-def _us(seconds: float) -> float:
-    return seconds * 1e6
 
 
 def _mib(kib: int) -> float:
@@ -833,14 +535,12 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
         echo_timings = latencies.pop("echo floor")
         echo_p50 = percentile(echo_timings, 0.50)
         metrics.append(
-            Metric("echo floor round trip p99", _us(percentile(echo_timings, 0.99)), "us")
+            Metric("echo floor round trip p99", us(percentile(echo_timings, 0.99)), "us")
         )
         for name, timings in latencies.items():
             if name != "get":
-                metrics.append(
-                    Metric(f"{name} p50, 1 client", _us(percentile(timings, 0.50)), "us")
-                )
-            metrics.append(Metric(f"{name} p99, 1 client", _us(percentile(timings, 0.99)), "us"))
+                metrics.append(Metric(f"{name} p50, 1 client", us(percentile(timings, 0.50)), "us"))
+            metrics.append(Metric(f"{name} p99, 1 client", us(percentile(timings, 0.99)), "us"))
         for name in ("list(100)", "put"):
             metrics.append(
                 Metric(
@@ -898,16 +598,19 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
                     Metric(f"{name} throughput: {who} CPU", 100 * cpu / tp.seconds, "% of a core")
                 )
 
-        # SQLite alone, on the sidecar's filesystem, while the sidecar idles.
-        baseline = await asyncio.to_thread(
-            batched_insert,
-            config.workdir / "baseline.db",
-            Content(random.Random(config.seed), config.content_chars).next_entry,
-            rows_per_transaction=config.batch_rows,
-            seconds=config.seconds,
-            prefill=len(work.ids),
-        )
-        clock.lap("sqlite baseline")
+        # SQLite alone, on the sidecar's filesystem, while the sidecar idles: the SQLite
+        # sidecar's put floor (the PostgreSQL column has none of its own).
+        baseline: BatchedInsert | None = None
+        if sidecar.database_path is not None:
+            baseline = await asyncio.to_thread(
+                batched_insert,
+                config.workdir / "baseline.db",
+                Content(random.Random(config.seed), config.content_chars).next_entry,
+                rows_per_transaction=config.batch_rows,
+                seconds=config.seconds,
+                prefill=len(work.ids),
+            )
+            clock.lap("sqlite baseline")
 
         forced: CheckpointReads | None = None
         if sidecar.database_path is not None:
@@ -949,13 +652,11 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
         clock.lap("storm")
         storm_p50 = percentile(stormy, 0.50)
         n = config.storm_connections
+        metrics.append(Metric("get p50 alone (before the storm)", us(percentile(alone, 0.5)), "us"))
         metrics.append(
-            Metric("get p50 alone (before the storm)", _us(percentile(alone, 0.5)), "us")
+            Metric(f"get p50 in a malformed-frame storm on {n} connections", us(storm_p50), "us")
         )
-        metrics.append(
-            Metric(f"get p50 in a malformed-frame storm on {n} connections", _us(storm_p50), "us")
-        )
-        metrics.append(Metric("get p99 in the storm", _us(percentile(stormy, 0.99)), "us"))
+        metrics.append(Metric("get p99 in the storm", us(percentile(stormy, 0.99)), "us"))
         metrics.append(
             Metric(
                 "get p50 in the storm / alone",
@@ -980,50 +681,56 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
 
     # -- the issue's targets, in its order, each beside its floor --------------------------
     g, e, c = config.get_clients, echo_tp, config.clients
-    get_cpu = get_tp.per_op_us(get_tp.server_cpu)
-    echo_cpu = e.per_op_us(e.server_cpu)
+    get_cpu = get_tp.per_opus(get_tp.server_cpu)
+    echo_cpu = e.per_opus(e.server_cpu)
     targets.append(Metric(f"server CPU per get, {g} connections", get_cpu, "us", Target("<=", 40)))
     targets.append(Metric(f"echo floor CPU per request, {g} connections", echo_cpu, "us"))
     targets.append(Metric("server CPU per get / echo floor's", _ratio(get_cpu, echo_cpu), "x"))
     targets.append(
         Metric(
             f"server CPU per put, {c} clients",
-            put_tp.per_op_us(put_tp.server_cpu),
+            put_tp.per_opus(put_tp.server_cpu),
             "us",
             Target("<=", 60),
         )
     )
     for group, label in (("event loop", "event loop"), ("other threads", "writer and readers")):
         spent = put_tp.server_threads.get(group, 0.0)
-        targets.append(Metric(f"server CPU per put: {label}", put_tp.per_op_us(spent), "us"))
+        targets.append(Metric(f"server CPU per put: {label}", put_tp.per_opus(spent), "us"))
     targets.append(Metric(f"get throughput, {g} connections", get_tp.rate, "ops/s"))
     targets.append(Metric(f"echo floor throughput, {g} connections", e.rate, "ops/s"))
     targets.append(
         Metric("get throughput / echo floor's", _ratio(get_tp.rate, e.rate), "x", Target(">=", 0.5))
     )
     get_p50 = percentile(latencies["get"], 0.50)
-    targets.append(Metric("echo floor round trip p50", _us(echo_p50), "us"))
-    targets.append(Metric("get p50, 1 client", _us(get_p50), "us"))
+    targets.append(Metric("echo floor round trip p50", us(echo_p50), "us"))
+    targets.append(Metric("get p50, 1 client", us(get_p50), "us"))
     targets.append(
         Metric("get p50 / echo floor p50", _ratio(get_p50, echo_p50), "x", Target("<=", 1.5))
     )
     targets.append(Metric(f"put throughput, {c} clients", put_tp.rate, "ops/s"))
     b = config.batch_rows
-    targets.append(
-        Metric(f"SQLite's own insert of the same rows, {b} a transaction", baseline.rate, "rows/s")
-    )
-    targets.append(
-        Metric(
-            "put throughput / SQLite's own insert",
-            _ratio(put_tp.rate, baseline.rate),
-            "x",
-            # The target is the SQLite sidecar's; PostgreSQL's is shown beside it for scale.
-            Target(">=", 0.6) if sidecar.database_path is not None else None,
+    if baseline is not None:
+        targets.append(
+            Metric(
+                f"SQLite's own insert of the same rows, {b} a transaction", baseline.rate, "rows/s"
+            )
         )
-    )
-    targets.append(
-        Metric("SQLite's own insert: CPU per row", _us(baseline.cpu_seconds / baseline.rows), "us")
-    )
+        targets.append(
+            Metric(
+                "put throughput / SQLite's own insert",
+                _ratio(put_tp.rate, baseline.rate),
+                "x",
+                Target(">=", 0.6),
+            )
+        )
+        targets.append(
+            Metric(
+                "SQLite's own insert: CPU per row",
+                us(baseline.cpu_seconds / baseline.rows),
+                "us",
+            )
+        )
     s = len(start_seconds)
     targets.append(
         Metric(
@@ -1042,7 +749,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
     if forced is not None:
         p99_during = percentile(forced.during, 0.99)
         p99_alone = percentile(forced.alone, 0.99)
-        targets.append(Metric("get p99 without a checkpoint", _us(p99_alone), "us"))
+        targets.append(Metric("get p99 without a checkpoint", us(p99_alone), "us"))
         targets.append(
             Metric(
                 "get p99 during a forced checkpoint",
@@ -1078,11 +785,12 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
         "server CPU: the sum over the server's threads of /proc/<pid>/task/*/schedstat;"
         " 'event loop' is its main thread, 'other threads' the rest (the writer, readers)"
     )
-    result.notes.append(
-        f"SQLite's own insert: {baseline.rows} rows in {baseline.transactions} transactions of"
-        f" {b} after {len(work.ids)} untimed ones, the sidecar's schema, pragmas and statements,"
-        f" beside its database"
-    )
+    if baseline is not None:
+        result.notes.append(
+            f"SQLite's own insert: {baseline.rows} rows in {baseline.transactions} transactions"
+            f" of {b} after {len(work.ids)} untimed ones, with the sidecar's schema, pragmas and"
+            " statements, in a file beside its database"
+        )
     if forced is not None:
         result.notes.append(
             f"forced checkpoints: {len(forced.checkpoints)} rounds of {config.checkpoint_fill}"
