@@ -41,7 +41,9 @@ unit: $(TSTAMP)
 
 test: lint typecheck unit
 
-# A report, not a gate: exits 0 whatever the numbers. Options: make bench BENCH_ARGS="--quick --json"
+# A report, not a gate: exits 0 whatever the numbers. Options: make bench BENCH_ARGS="--quick --json";
+# BENCH_ARGS="--runs 3" prints each value as min-max of three runs, "--profile PATH" one
+# cProfile file per phase (PATH.get, PATH.put, ...), "--no-postgresql" the SQLite column alone.
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 

@@ -109,3 +109,25 @@ def test_quick_bench_prints_every_metric() -> None:
     assert results["entries loaded into one scope", "postgresql"]["value"] == ENTRIES
     # Every forced checkpoint ran while gets were being answered.
     assert results["gets during the forced checkpoints", "sqlite"]["value"] >= 2
+
+
+def test_several_runs_print_min_max_and_how_often_each_target_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--runs N``: a cell is the lowest and highest value over the runs, a verdict says in
+    how many of them the target was met."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import Metric, Target, format_runs
+
+    at_most_40 = Target("<=", 40)
+    runs = [
+        [Metric("cpu per get", v, "us", at_most_40, "sqlite"), Metric("rss", r, "MiB")]
+        for v, r in ((35.0, 30.0), (52.5, 30.0), (38.0, 30.0))
+    ]
+    lines = format_runs(runs).splitlines()
+    assert lines[0].split() == ["metric", "sqlite", "value", "unit", "target", "pass/fail"]
+    assert lines[2].split("  ")[0] == "cpu per get"
+    assert "35-52.5" in lines[2]
+    assert lines[2].endswith("PASS 2/3 / -")
+    assert " 30 " in lines[3]
+    assert "-" not in lines[3].split()[2]  # one value, not a range
