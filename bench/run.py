@@ -219,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"bench: run {n + 1} of {options.runs}", file=sys.stderr, flush=True)
             metrics, run_notes = asyncio.run(run_suites(options))
             runs.append(metrics)
+            if options.runs > 1:
+                # Each run's own table as it ends, so a later run's failure loses none of it.
+                print(format_runs([metrics]), file=sys.stderr, flush=True)
             notes.extend(
                 run_notes if options.runs == 1 else [f"run {n + 1}: {x}" for x in run_notes]
             )

@@ -467,14 +467,16 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
         floor,
         await LeanClient.connect(floor.socket_path) as echo_client,
         sidecar,
-        await LeanClient.connect(sidecar.socket_path) as seq,
     ):
         idle_rss.append(_mib(server.memory().rss_kib))
         start_seconds.append(sidecar.startup_seconds)
         clock.lap("start")
-        issued = await seq.call("memory.issueRef", {"tenant": TENANT, "agent": "loader"})
-        work = _Workload(issued["memoryRef"], rng, Content(rng, config.content_chars))
-        await seq.call("run.begin", {"runId": WRITER_RUN, "tenant": TENANT, "secrets": SECRETS})
+        async with await LeanClient.connect(sidecar.socket_path) as setup:
+            issued = await setup.call("memory.issueRef", {"tenant": TENANT, "agent": "loader"})
+            work = _Workload(issued["memoryRef"], rng, Content(rng, config.content_chars))
+            await setup.call(
+                "run.begin", {"runId": WRITER_RUN, "tenant": TENANT, "secrets": SECRETS}
+            )
 
         async with asyncio.timeout(config.phase_timeout):
             stored, load_seconds = await pipelined(
@@ -508,166 +510,177 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
             )
         )
 
-        # A run sees only what was committed before it began, so it begins after the load.
-        await seq.call("run.begin", {"runId": READER_RUN, "tenant": TENANT})
+        # The sidecar closes a connection idle for its idle timeout (300 s), and the load
+        # can take that long on a busy host: the sequential client connects after it.
+        async with await LeanClient.connect(sidecar.socket_path) as seq:
+            # A run sees only what was committed before it began, so it begins after the load.
+            await seq.call("run.begin", {"runId": READER_RUN, "tenant": TENANT})
 
-        placement = (
-            {os.getpid(): {cpus[0]}, server.pid: {cpus[1]}, floor.process.pid: {cpus[1]}}
-            if pin
-            else {}
-        )
-        with pinned(placement):
-            async with asyncio.timeout(config.phase_timeout):
-                latencies = await interleaved_latencies(
-                    [
-                        ("echo floor", echo_client, floor.op()),
-                        ("get", seq, work.get()),
-                        ("list(100)", seq, work.list()),
-                        ("put", seq, work.put()),
-                    ],
-                    warmup=config.warmup,
-                    samples=config.samples,
-                    blocks=config.latency_blocks,
-                    errors=errors,
-                )
-        server.check_alive()
-        clock.lap("latencies")
-        echo_timings = latencies.pop("echo floor")
-        echo_p50 = percentile(echo_timings, 0.50)
-        metrics.append(
-            Metric("echo floor round trip p99", us(percentile(echo_timings, 0.99)), "us")
-        )
-        for name, timings in latencies.items():
-            if name != "get":
-                metrics.append(Metric(f"{name} p50, 1 client", us(percentile(timings, 0.50)), "us"))
-            metrics.append(Metric(f"{name} p99, 1 client", us(percentile(timings, 0.99)), "us"))
-        for name in ("list(100)", "put"):
-            metrics.append(
-                Metric(
-                    f"{name} p50 / echo floor p50",
-                    percentile(latencies[name], 0.50) / echo_p50,
-                    "x",
-                )
+            placement = (
+                {os.getpid(): {cpus[0]}, server.pid: {cpus[1]}, floor.process.pid: {cpus[1]}}
+                if pin
+                else {}
             )
-
-        # Get and the floor alternate, so both see the same background load.
-        await profile.cut("setup")
-        echo_tp = get_tp = None
-        for _ in range(max(1, config.throughput_blocks)):
-            for name, process, path, op in (
-                ("echo floor", floor.process, floor.socket_path, floor.op()),
-                ("get", server, sidecar.socket_path, work.get()),
-            ):
-                async with asyncio.timeout(config.phase_timeout + config.seconds):
-                    tp = await throughput(
-                        process,
-                        path,
-                        op,
-                        clients=config.get_clients,
-                        seconds=config.seconds / max(1, config.throughput_blocks),
-                        max_ops_per_client=config.max_ops_per_client,
-                        phase=f"throughput {name}",
+            with pinned(placement):
+                async with asyncio.timeout(config.phase_timeout):
+                    latencies = await interleaved_latencies(
+                        [
+                            ("echo floor", echo_client, floor.op()),
+                            ("get", seq, work.get()),
+                            ("list(100)", seq, work.list()),
+                            ("put", seq, work.put()),
+                        ],
+                        warmup=config.warmup,
+                        samples=config.samples,
+                        blocks=config.latency_blocks,
                         errors=errors,
                     )
-                if name == "get":
-                    get_tp = tp if get_tp is None else get_tp + tp
-                else:
-                    echo_tp = tp if echo_tp is None else echo_tp + tp
-        assert echo_tp is not None
-        assert get_tp is not None
-        server.check_alive()
-        await profile.cut("get")
-        async with asyncio.timeout(config.phase_timeout + config.seconds):
-            put_tp = await throughput(
-                server,
-                sidecar.socket_path,
-                work.put(),
-                clients=config.clients,
-                seconds=config.seconds,
-                max_ops_per_client=config.max_ops_per_client,
-                phase="throughput put",
-                errors=errors,
+            server.check_alive()
+            clock.lap("latencies")
+            echo_timings = latencies.pop("echo floor")
+            echo_p50 = percentile(echo_timings, 0.50)
+            metrics.append(
+                Metric("echo floor round trip p99", us(percentile(echo_timings, 0.99)), "us")
             )
-        server.check_alive()
-        await profile.cut("put")
-        clock.lap("throughput")
-        for name, tp in (("get", get_tp), ("put", put_tp)):
-            # CPU shares tell whether the sidecar or this client was the bottleneck.
-            for who, cpu in (("sidecar", tp.server_cpu), ("bench client", tp.client_cpu)):
+            for name, timings in latencies.items():
+                if name != "get":
+                    metrics.append(
+                        Metric(f"{name} p50, 1 client", us(percentile(timings, 0.50)), "us")
+                    )
+                metrics.append(Metric(f"{name} p99, 1 client", us(percentile(timings, 0.99)), "us"))
+            for name in ("list(100)", "put"):
                 metrics.append(
-                    Metric(f"{name} throughput: {who} CPU", 100 * cpu / tp.seconds, "% of a core")
+                    Metric(
+                        f"{name} p50 / echo floor p50",
+                        percentile(latencies[name], 0.50) / echo_p50,
+                        "x",
+                    )
                 )
 
-        # SQLite alone, on the sidecar's filesystem, while the sidecar idles: the SQLite
-        # sidecar's put floor (the PostgreSQL column has none of its own).
-        baseline: BatchedInsert | None = None
-        if sidecar.database_path is not None:
-            baseline = await asyncio.to_thread(
-                batched_insert,
-                config.workdir / "baseline.db",
-                Content(random.Random(config.seed), config.content_chars).next_entry,
-                rows_per_transaction=config.batch_rows,
-                seconds=config.seconds,
-                prefill=len(work.ids),
-            )
-            clock.lap("sqlite baseline")
-
-        forced: CheckpointReads | None = None
-        if sidecar.database_path is not None:
-
-            async def fill() -> None:
-                await pipelined(
+            # Get and the floor alternate, so both see the same background load.
+            await profile.cut("setup")
+            echo_tp = get_tp = None
+            for _ in range(max(1, config.throughput_blocks)):
+                for name, process, path, op in (
+                    ("echo floor", floor.process, floor.socket_path, floor.op()),
+                    ("get", server, sidecar.socket_path, work.get()),
+                ):
+                    async with asyncio.timeout(config.phase_timeout + config.seconds):
+                        tp = await throughput(
+                            process,
+                            path,
+                            op,
+                            clients=config.get_clients,
+                            seconds=config.seconds / max(1, config.throughput_blocks),
+                            max_ops_per_client=config.max_ops_per_client,
+                            phase=f"throughput {name}",
+                            errors=errors,
+                        )
+                    if name == "get":
+                        get_tp = tp if get_tp is None else get_tp + tp
+                    else:
+                        echo_tp = tp if echo_tp is None else echo_tp + tp
+            assert echo_tp is not None
+            assert get_tp is not None
+            server.check_alive()
+            await profile.cut("get")
+            async with asyncio.timeout(config.phase_timeout + config.seconds):
+                put_tp = await throughput(
+                    server,
                     sidecar.socket_path,
                     work.put(),
-                    count=config.checkpoint_fill,
-                    connections=config.load_connections,
-                    window=config.load_window,
-                    phase="checkpoint fill",
+                    clients=config.clients,
+                    seconds=config.seconds,
+                    max_ops_per_client=config.max_ops_per_client,
+                    phase="throughput put",
                     errors=errors,
                 )
+            server.check_alive()
+            await profile.cut("put")
+            clock.lap("throughput")
+            for name, tp in (("get", get_tp), ("put", put_tp)):
+                # CPU shares tell whether the sidecar or this client was the bottleneck.
+                for who, cpu in (("sidecar", tp.server_cpu), ("bench client", tp.client_cpu)):
+                    metrics.append(
+                        Metric(
+                            f"{name} throughput: {who} CPU", 100 * cpu / tp.seconds, "% of a core"
+                        )
+                    )
+
+            # SQLite alone, on the sidecar's filesystem, while the sidecar idles: the SQLite
+            # sidecar's put floor (the PostgreSQL column has none of its own).
+            baseline: BatchedInsert | None = None
+            if sidecar.database_path is not None:
+                baseline = await asyncio.to_thread(
+                    batched_insert,
+                    config.workdir / "baseline.db",
+                    Content(random.Random(config.seed), config.content_chars).next_entry,
+                    rows_per_transaction=config.batch_rows,
+                    seconds=config.seconds,
+                    prefill=len(work.ids),
+                )
+                clock.lap("sqlite baseline")
+
+            forced: CheckpointReads | None = None
+            if sidecar.database_path is not None:
+
+                async def fill() -> None:
+                    await pipelined(
+                        sidecar.socket_path,
+                        work.put(),
+                        count=config.checkpoint_fill,
+                        connections=config.load_connections,
+                        window=config.load_window,
+                        phase="checkpoint fill",
+                        errors=errors,
+                    )
+
+                async with asyncio.timeout(config.phase_timeout):
+                    forced = await checkpoint_latencies(
+                        sidecar.database_path,
+                        seq,
+                        work.get(),
+                        fill,
+                        rounds=config.checkpoint_rounds,
+                        samples=max(100, config.samples // 3),
+                        errors=errors,
+                    )
+                server.check_alive()
+                clock.lap("checkpoints")
 
             async with asyncio.timeout(config.phase_timeout):
-                forced = await checkpoint_latencies(
-                    sidecar.database_path,
+                alone, stormy = await storm_latencies(
+                    sidecar.socket_path,
                     seq,
                     work.get(),
-                    fill,
-                    rounds=config.checkpoint_rounds,
+                    connections=config.storm_connections,
                     samples=max(100, config.samples // 3),
                     errors=errors,
                 )
             server.check_alive()
-            clock.lap("checkpoints")
-
-        async with asyncio.timeout(config.phase_timeout):
-            alone, stormy = await storm_latencies(
-                sidecar.socket_path,
-                seq,
-                work.get(),
-                connections=config.storm_connections,
-                samples=max(100, config.samples // 3),
-                errors=errors,
+            clock.lap("storm")
+            storm_p50 = percentile(stormy, 0.50)
+            n = config.storm_connections
+            metrics.append(
+                Metric("get p50 alone (before the storm)", us(percentile(alone, 0.5)), "us")
             )
-        server.check_alive()
-        clock.lap("storm")
-        storm_p50 = percentile(stormy, 0.50)
-        n = config.storm_connections
-        metrics.append(Metric("get p50 alone (before the storm)", us(percentile(alone, 0.5)), "us"))
-        metrics.append(
-            Metric(f"get p50 in a malformed-frame storm on {n} connections", us(storm_p50), "us")
-        )
-        metrics.append(Metric("get p99 in the storm", us(percentile(stormy, 0.99)), "us"))
-        metrics.append(
-            Metric(
-                "get p50 in the storm / alone",
-                storm_p50 / percentile(alone, 0.50),
-                "x",
-                Target("<=", 3),
+            metrics.append(
+                Metric(
+                    f"get p50 in a malformed-frame storm on {n} connections", us(storm_p50), "us"
+                )
             )
-        )
-        end = server.memory()
-        metrics.append(Metric("sidecar RSS at end", _mib(end.rss_kib), "MiB"))
-        metrics.append(Metric("sidecar peak RSS (VmHWM) at end", _mib(end.peak_kib), "MiB"))
+            metrics.append(Metric("get p99 in the storm", us(percentile(stormy, 0.99)), "us"))
+            metrics.append(
+                Metric(
+                    "get p50 in the storm / alone",
+                    storm_p50 / percentile(alone, 0.50),
+                    "x",
+                    Target("<=", 3),
+                )
+            )
+            end = server.memory()
+            metrics.append(Metric("sidecar RSS at end", _mib(end.rss_kib), "MiB"))
+            metrics.append(Metric("sidecar peak RSS (VmHWM) at end", _mib(end.peak_kib), "MiB"))
 
     clock.lap("stop")
     stopped = sidecar.stopped
