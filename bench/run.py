@@ -209,6 +209,13 @@ async def run_suites(options: Options) -> tuple[list[Metric], list[str]]:
     return metrics, notes
 
 
+def _tables(runs: list[list[Metric]]) -> str:
+    """The backends' suites side by side, then the rest (the redactor) in a table of its own."""
+    by_backend = [[m for m in run if m.column] for run in runs]
+    others = [[m for m in run if not m.column] for run in runs]
+    return "\n\n".join(format_runs(group) for group in (by_backend, others) if group[0])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
     runs: list[list[Metric]] = []
@@ -221,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(metrics)
             if options.runs > 1:
                 # Each run's own table as it ends, so a later run's failure loses none of it.
-                print(format_runs([metrics]), file=sys.stderr, flush=True)
+                print(_tables([metrics]), file=sys.stderr, flush=True)
             notes.extend(
                 run_notes if options.runs == 1 else [f"run {n + 1}: {x}" for x in run_notes]
             )
@@ -232,10 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("bench: FAILED", file=sys.stderr)
         return 1
-    # The backends' suites side by side, then the rest (the redactor) in a table of its own.
-    by_backend = [[m for m in run if m.column] for run in runs]
-    others = [[m for m in run if not m.column] for run in runs]
-    print("\n\n".join(format_runs(group) for group in (by_backend, others) if group[0]))
+    print(_tables(runs))
     if options.runs > 1:
         print(f"each value: lowest-highest of {options.runs} runs; PASS k/n: passed in k of n")
     for note in notes:
