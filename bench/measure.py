@@ -146,7 +146,7 @@ class Throughput:
         """The server's CPU seconds in the phase, all its threads."""
         return sum(self.server_threads.values())
 
-    def per_opus(self, seconds: float) -> float:
+    def per_op_us(self, seconds: float) -> float:
         return us(seconds / self.ops) if self.ops else math.nan
 
     def __add__(self, other: Throughput) -> Throughput:

@@ -21,6 +21,8 @@ ENTRIES = 2000
 STARTS = 2  # --quick's
 METRICS = [
     "server CPU per get, 16 connections",
+    "server CPU per get: event loop",
+    "server CPU per get: other threads",
     "echo floor CPU per request, 16 connections",
     "server CPU per get / echo floor's",
     "server CPU per put, 32 clients",
