@@ -148,7 +148,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         help="skip the PostgreSQL column (it starts a throwaway server)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.add_argument("--profile", type=Path, help="run the sidecar under cProfile to this file")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="run the sidecar under cProfile: PATH.get and PATH.put hold the get and put"
+        " throughput phases, PATH.setup what came before, PATH the rest",
+    )
     parser.add_argument(
         "--profile-clock",
         choices=("wall", "cpu"),
