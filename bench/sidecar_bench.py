@@ -616,7 +616,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
                     config.workdir / "baseline.db",
                     Content(random.Random(config.seed), config.content_chars).next_entry,
                     rows_per_transaction=config.batch_rows,
-                    # Half a phase is tens of thousands of rows: SQLite alone varies little.
+                    # Half a phase is tens of thousands of rows: enough for a rate.
                     seconds=config.seconds / 2,
                     prefill=len(work.ids),
                 )
