@@ -101,7 +101,7 @@ def test_signal_answers_requests_already_read_then_exits_0(
     """A signal lands while a connection streams pipelined puts at the sidecar."""
     total = 600
     padding = "p" * 1500
-    with Sidecar(workdir, "--drain-timeout", "30s") as sidecar:
+    with Sidecar(workdir, "--drain-timeout", "30s", "--access-log") as sidecar:
         ref = begin_writer(sidecar)
         payload = b"".join(put_line(i, ref, f"drain {i} {padding}") + b"\n" for i in range(total))
         answers: dict[int, dict[str, Any]] = {}
@@ -178,7 +178,7 @@ def held_drain(sidecar: Sidecar) -> Iterator[RawClient]:
 )
 def test_second_signal_during_drain_exits_at_once(workdir: Path, second: signal.Signals) -> None:
     with (
-        Sidecar(workdir, "--drain-timeout", "120s") as sidecar,
+        Sidecar(workdir, "--drain-timeout", "120s", "--access-log") as sidecar,
         held_drain(sidecar),
     ):
         assert sidecar.proc is not None
@@ -192,7 +192,10 @@ def test_second_signal_during_drain_exits_at_once(workdir: Path, second: signal.
 
 
 def test_drain_timeout_abandons_a_stuck_connection_and_exits_0(workdir: Path) -> None:
-    with Sidecar(workdir, "--drain-timeout", "500ms") as sidecar, held_drain(sidecar):
+    with (
+        Sidecar(workdir, "--drain-timeout", "500ms", "--access-log") as sidecar,
+        held_drain(sidecar),
+    ):
         assert sidecar.proc is not None
         sidecar.signal(signal.SIGTERM)
         # The stuck client never reads, so only the drain timeout can end the drain.
@@ -380,7 +383,7 @@ def logged_session(sidecar: Sidecar) -> list[tuple[str, str]]:
 
 
 def test_request_logs_carry_no_content_secrets_or_params(workdir: Path) -> None:
-    with Sidecar(workdir) as sidecar:
+    with Sidecar(workdir, "--access-log") as sidecar:
         logged_session(sidecar)
         assert sidecar.stop() == 0
     text = sidecar.log()
@@ -395,7 +398,7 @@ def test_request_logs_carry_no_content_secrets_or_params(workdir: Path) -> None:
 
 
 def test_one_log_line_per_request_with_method_outcome_and_duration(workdir: Path) -> None:
-    with Sidecar(workdir) as sidecar:
+    with Sidecar(workdir, "--access-log") as sidecar:
         before = len(request_lines(sidecar))  # the start-up readiness probes
         sent = logged_session(sidecar)
         assert sidecar.stop() == 0
@@ -407,7 +410,7 @@ def test_one_log_line_per_request_with_method_outcome_and_duration(workdir: Path
 
 
 def test_rejected_requests_are_logged_once_each(workdir: Path) -> None:
-    with Sidecar(workdir, "--max-request-bytes", "2048") as sidecar:
+    with Sidecar(workdir, "--max-request-bytes", "2048", "--access-log") as sidecar:
         with sidecar.client() as client:
             assert client.call("sidecar.health")["status"] == "ok"
             before = len(request_lines(sidecar))

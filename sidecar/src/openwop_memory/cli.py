@@ -80,12 +80,16 @@ def _serve_main(argv: list[str]) -> int:
     for name, field in setting_fields().items():
         default = f"{field.default:04o}" if name == "socket_mode" else field.default
         shown = f"default: {'not set' if default is None else default}"
+        # A switch given alone means true (`--access-log`), as it does for uvicorn.
+        switch = field.annotation is bool
         serve.add_argument(
             flag_of(name),
             dest=name,
             default=None,
             metavar=name.rpartition(".")[2].upper(),
             help=f"{field.description}; {shown}" if field.description else shown,
+            nargs="?" if switch else None,
+            const="true" if switch else None,
         )
     for old, new in DEPRECATED.items():
         serve.add_argument(

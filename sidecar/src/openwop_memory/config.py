@@ -61,6 +61,8 @@ def _octal_mode(value: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
+# A duration where 0 switches the thing off.
+SecondsOrOff = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
 
 
 class SqliteSettings(BaseModel):
@@ -231,6 +233,16 @@ class Settings(BaseModel):
     )
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = Field(
+        False,
+        description="one info line per request; off, only errors (client errors at most 10 "
+        "lines a second) and requests slower than slow_request_threshold get one",
+    )
+    slow_request_threshold: SecondsOrOff = Field(
+        0.5,
+        description="a request taking this long or longer gets a warning line whatever "
+        "access_log says; 0 logs no request for being slow",
+    )
 
 
 # Groups of backend settings: the Settings field and its model.

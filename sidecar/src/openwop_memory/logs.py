@@ -2,6 +2,8 @@
 
 Callers log ids, counts, codes and durations only. :func:`drop_sensitive_keys` is a last
 line of defence in the processor chain: it blanks any key that names content or a secret.
+The per-request line has a renderer of its own (:mod:`.access_log`), which writes the same
+JSON without structlog's chain; :func:`json_sink` tells it where, and from which level.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, NamedTuple
 
 import orjson
 import structlog
@@ -44,8 +46,27 @@ def add_timestamp(
     return event
 
 
+class JsonSink(NamedTuple):
+    """Where JSON log lines go (the buffered stream structlog writes to) and from which
+    level on (a ``logging`` level number)."""
+
+    stream: BinaryIO
+    min_level: int
+
+
+_json_sink: JsonSink | None = None
+
+
+def json_sink() -> JsonSink | None:
+    """The JSON destination :func:`configure_logging` set up; ``None`` before it ran or when
+    the format is ``console`` (log through structlog then)."""
+    return _json_sink
+
+
 def configure_logging(fmt: Literal["json", "console"], level: str) -> None:
     """Route structlog to stderr in ``fmt``, dropping events below ``level``."""
+    global _json_sink  # one logging set-up per process, as structlog has
+    _json_sink = JsonSink(sys.stderr.buffer, _LEVELS[level]) if fmt == "json" else None
     processors: list[Any] = [
         structlog.processors.add_log_level,
         add_timestamp,

@@ -38,6 +38,7 @@ from .service.refs import RefCodec
 from .service.sweeper import Sweeper
 from .storage.base import Storage, StorageStartupError
 from .storage.registry import create_storage
+from .wire.access_log import AccessLog
 from .wire.binding import TenantBinding, peer_of
 from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
@@ -226,6 +227,9 @@ class Server:
             self.service,
             max_inflight=settings.max_inflight,
             max_request_bytes=settings.max_request_bytes,
+            access_log=AccessLog(
+                every_request=settings.access_log, slow_after=settings.slow_request_threshold
+            ),
         )
         directory = os.path.dirname(os.path.abspath(settings.socket))  # noqa: ASYNC240
         try:

@@ -70,6 +70,10 @@ class AnswerPacer:
         # runs, so the next holder sees it counted as unread.
         self.unbounded = asyncio.Lock()
 
+    def fits(self) -> bool:
+        """Whether the unread answers fit the budget now (:meth:`ready` would not wait)."""
+        return self._writer.transport.get_write_buffer_size() <= self._budget
+
     async def ready(self) -> None:
         """Return once the unread answers fit the budget.
 
