@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -68,6 +68,17 @@ def test_parse_rejects(text: str) -> None:
 def test_format_matches_datetime() -> None:
     dt = datetime(2026, 11, 29, 15, 21, 51, 123456, tzinfo=UTC)
     assert format_us(int(dt.timestamp() * 1_000_000)) == "2026-11-29T15:21:51.123456Z"
+
+
+def test_format_matches_datetime_across_cache_refills() -> None:
+    """Past the caches' size (seconds and days), in both directions: still the same text."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    steps = [1, 999_999, 1_000_001, 86_399_999_999, 86_400_000_001, 31_536_000_000_007]
+    for step in steps:
+        for us in range(0, 4200 * step, step):
+            for t in (us, 253_402_300_799_999_999 - us):
+                expected = (epoch + timedelta(microseconds=t)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                assert format_us(t) == expected
 
 
 # -- refs --------------------------------------------------------------------------------
