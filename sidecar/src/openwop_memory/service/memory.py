@@ -94,7 +94,8 @@ def entry_to_wire(row: EntryRow) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "id": row.id,
         "content": row.content,
-        "tags": list(row.tags),
+        # orjson writes a tuple as the same JSON array as a list: no copy needed.
+        "tags": row.tags,
         "createdAt": format_us(row.created_us),
     }
     if row.expires_us is not None:
@@ -282,7 +283,12 @@ class MemoryService:
     # -- memory --------------------------------------------------------------------------
 
     async def list(self, p: ListParams) -> list[dict[str, Any]]:
-        tenant, snapshot = await self._snapshot(p.runId)
+        handle = self.runs.get(p.runId)  # the usual case, without a coroutine for it
+        tenant, snapshot = (
+            (handle.tenant, handle.snapshot)
+            if handle is not None
+            else await self._snapshot(p.runId)
+        )
         scope = self.refs.resolve(p.memoryRef, tenant)
         if scope is None:
             return []
@@ -298,12 +304,18 @@ class MemoryService:
         return [entry_to_wire(r) for r in rows]
 
     async def get(self, p: GetParams) -> dict[str, Any] | None:
-        tenant, snapshot = await self._snapshot(p.runId)
+        handle = self.runs.get(p.runId)  # the usual case, without a coroutine for it
+        tenant, snapshot = (
+            (handle.tenant, handle.snapshot)
+            if handle is not None
+            else await self._snapshot(p.runId)
+        )
         scope = self.refs.resolve(p.memoryRef, tenant)
         if scope is None:
             return None
-        row = await self.storage.get(
-            scope=scope, snapshot=snapshot, now_us=self.storage.clock_us(), entry_id=p.id
+        storage = self.storage
+        row = await storage.get(
+            scope=scope, snapshot=snapshot, now_us=storage.clock_us(), entry_id=p.id
         )
         return None if row is None else entry_to_wire(row)
 

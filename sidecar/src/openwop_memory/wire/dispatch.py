@@ -279,7 +279,7 @@ class Dispatcher:
     async def _dispatch_one(
         self, request: Any, started: float, tenants: frozenset[str] | None = None
     ) -> dict[str, Any] | None:
-        problem = _shape_problem(request)
+        problem = None if _well_formed(request) else _shape_problem(request)
         if problem is not None:
             rid = request.get("id") if isinstance(request, dict) and _valid_id(request) else None
             error = _invalid(INVALID_REQUEST, f"not a JSON-RPC 2.0 request: {problem}", problem)
@@ -347,6 +347,23 @@ def _outcome(result: Any) -> str:
 def _valid_id(request: dict[str, Any]) -> bool:
     rid = request.get("id")
     return rid is None or (isinstance(rid, (str, int)) and not isinstance(rid, bool))
+
+
+def _well_formed(request: Any) -> bool:
+    """The common case of :func:`_shape_problem` in one expression (orjson makes exact
+    types, and ``bool`` is not ``int`` here): true only for a well-formed request."""
+    return (
+        type(request) is dict
+        and request.get("jsonrpc") == "2.0"
+        and type(request.get("method")) is str
+        and type(request.get("params", _NO_PARAMS)) is dict
+        and type(request.get("id")) in _ID_TYPES
+        and request.keys() <= _REQUEST_MEMBERS
+    )
+
+
+_NO_PARAMS: dict[str, Any] = {}
+_ID_TYPES = frozenset({str, int, type(None)})
 
 
 def _shape_problem(request: Any) -> str | None:

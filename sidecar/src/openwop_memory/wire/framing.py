@@ -141,11 +141,14 @@ class Connection:
                 task.cancel()
 
     async def _read_loop(self) -> None:
+        unsent_budget = self._limits.max_unsent_answer_bytes
+        max_pipelined = self._limits.max_pipelined
         buffer = bytearray()
         discarding = False  # inside the tail of an oversized line
         while True:
             try:
-                await self._wait_for_unsent_to_fit()
+                if self._writer.transport.get_write_buffer_size() > unsent_budget:
+                    await self._wait_for_unsent_to_fit()
                 chunk = await self._reader.read(_READ_SIZE)
             except OSError:  # ConnectionResetError included: the client left
                 return
@@ -156,11 +159,17 @@ class Connection:
             complete = b"\n" in chunk
             if complete:
                 self._line_started = None
-            start = len(buffer)
-            buffer += chunk
+            data: bytes | bytearray
+            if buffer:
+                start = len(buffer)
+                buffer += chunk
+                data = buffer
+            else:  # the usual case: lines are cut from the chunk itself, a copy fewer
+                start = 0
+                data = chunk
             line_start = 0
-            while (newline := buffer.find(b"\n", start)) != -1:
-                line = bytes(buffer[line_start:newline])
+            while (newline := data.find(b"\n", start)) != -1:
+                line = bytes(data[line_start:newline])  # no copy when data is the chunk
                 start = line_start = newline + 1
                 if discarding:
                     discarding = False
@@ -168,15 +177,24 @@ class Connection:
                     await self._admit(len(line))
                     self._send(self._oversized())
                 elif line.strip():
-                    try:
-                        await self._wait_for_unsent_to_fit()
-                    except OSError:
-                        return
-                    await self._wait_for_slot()
-                    alone = not self._tasks and buffer.find(b"\n", start) == -1
-                    await self._admit(len(line), alone=alone)
+                    # The awaits below rarely wait; their conditions are checked here first
+                    # so that a line that need not wait makes no coroutine for them.
+                    if self._writer.transport.get_write_buffer_size() > unsent_budget:
+                        try:
+                            await self._wait_for_unsent_to_fit()
+                        except OSError:
+                            return
+                    if len(self._tasks) >= max_pipelined:
+                        await self._wait_for_slot()
+                    alone = not self._tasks and data.find(b"\n", start) == -1
+                    waiter = self._gate.admit(self._share, line_cost(len(line)), alone=alone)
+                    if waiter is not None:
+                        await waiter
                     self._spawn(line)
-            del buffer[:line_start]
+            if data is buffer:
+                del buffer[:line_start]
+            elif line_start < len(chunk):
+                buffer += memoryview(chunk)[line_start:]
             if not discarding and len(buffer) > self._limits.max_line_bytes:
                 discarding = True
                 await self._admit(len(buffer))
@@ -241,8 +259,10 @@ class Connection:
         # A transport write never blocks and keeps order; if the client left, the answer
         # has nowhere to go and is dropped. What piles up unread is bounded by the reading
         # side (``_wait_for_unsent_to_fit``), not here: an answer, once made, is kept.
-        if not self._writer.is_closing():
-            self._writer.write(data)
+        # The transport itself: StreamWriter.write and is_closing only forward to it.
+        transport = self._writer.transport
+        if not transport.is_closing():
+            transport.write(data)
 
     # -- timeouts: one timer per connection, moved only when a deadline comes earlier ----
 
