@@ -206,3 +206,21 @@ def test_the_settings_read_from_every_source() -> None:
     assert (flags.access_log, flags.slow_request_threshold) == (False, 0.0)
     with pytest.raises(ConfigError, match="slow_request_threshold"):
         load_settings({"slow_request_threshold": "-1"}, environ={})
+
+
+@pytest.mark.backend_independent
+def test_without_a_json_sink_the_line_goes_through_structlog() -> None:
+    """Console logs (or none configured): the same fields, through structlog's chain."""
+    from openwop_memory.logs import json_sink
+    from structlog.testing import capture_logs
+
+    assert json_sink() is None  # this process never configured JSON logs
+    log = AccessLog(every_request=True, slow_after=1.0)
+    with capture_logs() as captured:
+        record(log, "memory.get", "ok", 0.002, rpc_id=3)
+        record(log, "memory.put", "internal_error", 0.001, rpc_id=None)
+    assert [(c["event"], c["log_level"], c["method"], c["outcome"]) for c in captured] == [
+        ("request", "info", "memory.get", "ok"),
+        ("request", "warning", "memory.put", "internal_error"),
+    ]
+    assert captured[0]["id"] == 3 and captured[0]["duration_ms"] == 2.0
