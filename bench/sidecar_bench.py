@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from bench import echo, profile_sidecar
+from bench import echo, import_floor, profile_sidecar
 from bench.lean_client import LeanClient
 from bench.measure import (
     BenchFailure,
@@ -457,6 +457,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
 
     # Every start but the measured sidecar's own first, so none overlaps another.
     start_seconds, idle_rss = await start_and_idle(config, max(0, config.starts - 1))
+    libraries = await import_floor.measure(max(1, config.starts))
     clock.lap("starts")
 
     sidecar = SidecarUnderTest(config)
@@ -763,6 +764,29 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
         )
     )
     targets.append(Metric(f"start to ready, best of {s}", min(start_seconds) * 1000, "ms"))
+    # What the sidecar adds to the libraries it is built on (bench/import_floor.py): the
+    # part of the two rows above that its own code decides.
+    n = max(1, config.starts)
+    targets.append(
+        Metric(f"the libraries alone: RSS once imported, median of {n}", libraries.rss_mib, "MiB")
+    )
+    targets.append(
+        Metric("idle RSS above the libraries alone", _median(idle_rss) - libraries.rss_mib, "MiB")
+    )
+    targets.append(
+        Metric(
+            f"the libraries alone: start to imported, median of {n}",
+            libraries.seconds * 1000,
+            "ms",
+        )
+    )
+    targets.append(
+        Metric(
+            "start to ready above the libraries alone",
+            (_median(start_seconds) - libraries.seconds) * 1000,
+            "ms",
+        )
+    )
     if forced is not None:
         p99_during = percentile(forced.during, 0.99)
         p99_alone = percentile(forced.alone, 0.99)
