@@ -12,8 +12,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# Editable installs run from the source tree, where nothing compiles the bytecode when
+# PYTHONDONTWRITEBYTECODE is set; compiling it here, as installing a wheel does, takes
+# about a sixth off every start of the sidecar. A changed file is recompiled in memory.
 $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ./client -e ./sidecar
+	$(BIN)/python -m compileall -q client/src sidecar/src
 	touch $@
 
 # The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra.
