@@ -3,12 +3,11 @@
 Why: ``jsonrpcserver/__init__.py`` imports ``jsonrpcserver.main``, which imports jsonschema
 and builds a JSON Schema validator at import time, for its ``dispatch`` functions. The
 sidecar never calls those (see :mod:`.dispatch`), yet importing any submodule the normal
-way runs the package ``__init__`` first. Measured on this tree: in a fresh process that
-already has asyncio, anyio, structlog and pydantic, the normal import costs 6.2 MiB of RSS
-and about 80 ms, the submodules below alone 0.5 MiB and about 12 ms; the idle sidecar went
-from 50.7 to 46.7 MiB with this change alone (some of jsonschema's imports are pydantic's
-too). No other change to the sidecar's imports saves as much, so it is worth one
-documented trick.
+way runs the package ``__init__`` first. Measured when this was written: jsonschema was
+most of what the normal import costs, and the largest single item of the sidecar's idle
+RSS and start-up that its own code decides (``make bench`` shows both beside the floor of
+the libraries alone). No other change to the sidecar's imports saved as much, so it is
+worth one documented trick.
 
 How: while the submodules load, ``sys.modules["jsonrpcserver"]`` is the package's module
 object made from its own spec but not executed (so relative imports between submodules
