@@ -40,7 +40,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from openwop_memory.service.redaction import (
+from openwop_memory.redaction.keyring import FIELD_SEPARATOR
+from openwop_memory.redaction.redact import (
     EMPTY_KEYRING,
     Keyring,
     PatternPolicy,
@@ -49,7 +50,6 @@ from openwop_memory.service.redaction import (
     redact_entry,
     redact_in_full,
 )
-from openwop_memory.service.redaction_keyring import FIELD_SEPARATOR
 
 from bench.report import Metric, SuiteResult, Target
 from bench.sidecar_bench import percentile

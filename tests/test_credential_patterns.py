@@ -1,4 +1,4 @@
-"""Unit tests of the well-known credential formats (``service/credential_patterns.py``).
+"""Unit tests of the well-known credential formats (``redaction/credential_patterns.py``).
 
 Every example credential is generated from random characters of the format's alphabet at
 test time, so no key-shaped literal sits in the repository for secret scanners to flag.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openwop_memory.service.credential_patterns import PATTERNS, find_credentials
+from openwop_memory.redaction.credential_patterns import PATTERNS, find_credentials
 
 pytestmark = pytest.mark.backend_independent
 

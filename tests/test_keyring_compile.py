@@ -14,9 +14,9 @@ import string
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from openwop_memory.service import redaction_keyring
-from openwop_memory.service.redaction import Keyring, redact_entry
-from openwop_memory.service.redaction_fold import fold, folded
+from openwop_memory.redaction import Keyring, redact_entry
+from openwop_memory.redaction import keyring as keyring_module
+from openwop_memory.redaction.fold import fold, folded
 
 # Letters, digits, punctuation, spaces and a few characters that fold to several or to none.
 _CHARS = st.sampled_from([*"aZ09-_./ +=:", "ß", "ﬁ", "é", "\u200b", "Ⅻ", "\uff21", "\u0301"])
@@ -79,7 +79,7 @@ def _texts(values: list[str]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("chunk_bytes", [400, redaction_keyring._CHUNK_BYTES])
+@pytest.mark.parametrize("chunk_bytes", [400, keyring_module._CHUNK_BYTES])
 def test_a_keyring_built_in_chunks_finds_what_one_automaton_finds(
     monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
 ) -> None:
@@ -89,9 +89,9 @@ def test_a_keyring_built_in_chunks_finds_what_one_automaton_finds(
     alphabet = string.ascii_letters + string.digits
     values = ["".join(rng.choice(alphabet) for _ in range(300)) for _ in range(40)]
     ids = {v: f"k{i}" for i, v in enumerate(values)}
-    monkeypatch.setattr(redaction_keyring, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(keyring_module, "_CHUNK_BYTES", chunk_bytes)
     chunked = Keyring.compile(ids)
-    monkeypatch.setattr(redaction_keyring, "_CHUNK_BYTES", 1 << 30)
+    monkeypatch.setattr(keyring_module, "_CHUNK_BYTES", 1 << 30)
     whole = Keyring.compile(ids)
     assert len(chunked._windows_acs) > 1 and len(whole._windows_acs) == 1
     for text in _texts(values):

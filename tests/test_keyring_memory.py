@@ -18,13 +18,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from openwop_memory.redaction import Keyring, estimate_bytes
 from openwop_memory.service.keyring_memory import (
     HostKeyringCache,
     KeyringBudget,
     KeyringCompiler,
 )
-from openwop_memory.service.redaction import Keyring
-from openwop_memory.service.redaction_keyring import estimate_bytes
 from openwop_memory.service.runs import RunHandle, RunRegistry
 from openwop_memory.storage.base import Snapshot
 from openwop_memory_client import RateLimitedError
@@ -234,9 +233,7 @@ def test_host_keyrings_count_against_the_memory_cap(workdir: Path) -> None:
 
 _MEASURE = r"""
 import gc, json, os, random, string, sys, tracemalloc
-from openwop_memory.service.redaction import Keyring
-from openwop_memory.service.redaction import Keyring
-from openwop_memory.service.redaction_keyring import estimate_bytes
+from openwop_memory.redaction import Keyring, estimate_bytes
 from openwop_memory.service.runs import RunHandle, RunRegistry
 from openwop_memory.storage.base import Snapshot
 count, chars, n = map(int, sys.argv[1:4])

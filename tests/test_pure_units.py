@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from openwop_memory.logs import drop_sensitive_keys
-from openwop_memory.service.redaction import Keyring, redact_entry
+from openwop_memory.redaction import Keyring, redact_entry
 from openwop_memory.service.refs import ISSUED_PREFIX, RefCodec, is_malformed
 from openwop_memory.timefmt import format_us, parse_rfc3339
 from openwop_memory_client import ForbiddenError

@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from openwop_memory.service.redaction import Keyring, Redacted, redact_entry
+from openwop_memory.redaction import Keyring, Redacted, redact_entry
 from support.disguises import fake_keys
 
 pytestmark = pytest.mark.backend_independent

@@ -2,7 +2,7 @@
 
 Every disguise of :data:`support.disguises.DISGUISES`, applied to every key of a realistic
 keyring, is written into prose, in the content and in a tag. The contract checked
-(``service/redaction.py``): nothing of the secret survives (no 8-character window of it, and
+(``redaction/redact.py``): nothing of the secret survives (no 8-character window of it, and
 nothing of its disguised text), the marker of the right id takes its place, the prose
 around it is unchanged byte for byte, and redacting the result again changes nothing.
 Further tests cover overlapping secrets, secrets split across fields, fragments and the
@@ -16,7 +16,7 @@ import random
 from typing import Literal
 
 import pytest
-from openwop_memory.service.redaction import (
+from openwop_memory.redaction.redact import (
     MIN_SECRET_CHARS,
     Finding,
     Keyring,

@@ -1,4 +1,4 @@
-"""The redactor's shortcut for entries that cannot hold a secret (``service/redaction.py``).
+"""The redactor's shortcut for entries that cannot hold a secret (``redaction/redact.py``).
 
 :func:`nothing_to_find` lets :func:`redact_entry` return an entry as it is without the full
 search. It must be sound: whenever it says there is nothing to find, the full search
@@ -23,12 +23,21 @@ import string
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from openwop_memory.service.credential_patterns import (
+from openwop_memory.redaction.credential_patterns import (
     PATTERNS,
     find_credentials,
     may_hold_credentials,
 )
-from openwop_memory.service.redaction import (
+from openwop_memory.redaction.decode import (
+    Budget,
+    blobs,
+    escape_views,
+    may_hold_blobs,
+    may_hold_escapes,
+)
+from openwop_memory.redaction.fold import skeleton, skeleton_bytes
+from openwop_memory.redaction.keyring import FIELD_SEPARATOR
+from openwop_memory.redaction.redact import (
     EMPTY_KEYRING,
     Keyring,
     PatternPolicy,
@@ -38,15 +47,6 @@ from openwop_memory.service.redaction import (
     redact_entry,
     redact_in_full,
 )
-from openwop_memory.service.redaction_decode import (
-    Budget,
-    blobs,
-    escape_views,
-    may_hold_blobs,
-    may_hold_escapes,
-)
-from openwop_memory.service.redaction_fold import skeleton, skeleton_bytes
-from openwop_memory.service.redaction_keyring import FIELD_SEPARATOR
 from support.disguises import DISGUISES, KEY_KINDS, fake_key
 
 pytestmark = pytest.mark.backend_independent

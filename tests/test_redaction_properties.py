@@ -19,8 +19,8 @@ import string
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from openwop_memory.service.credential_patterns import PATTERNS
-from openwop_memory.service.redaction import Keyring, marker, redact_entry
+from openwop_memory.redaction import Keyring, marker, redact_entry
+from openwop_memory.redaction.credential_patterns import PATTERNS
 from support.disguises import CASE_DISGUISES, DISGUISES, PUBLIC_PREFIXES, surviving_windows
 
 pytestmark = pytest.mark.backend_independent

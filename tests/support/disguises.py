@@ -7,7 +7,7 @@ it from a :class:`random.Random` seeded with the secret and the disguise's name,
 case can be rebuilt from its name and secret alone.
 
 The redactor promises to replace every one of these by ``[REDACTED:<id>]`` (see
-``service/redaction.py``); the tests in ``test_redaction_disguises*.py`` and
+``redaction/redact.py``); the tests in ``test_redaction_disguises*.py`` and
 ``test_redaction_properties.py`` hold it to that. :func:`encoded_forms` lists the forms a
 stored or logged copy of a secret could take, for scanning files byte by byte.
 

@@ -1,12 +1,12 @@
 """The memory compiled keyrings hold in this process, kept under ``max_keyring_memory_bytes``.
 
 A compiled keyring is large (tens of KiB per secret, see
-:func:`~.redaction_keyring.estimate_bytes`) and every open run may hold one, so their total is
-budgeted. Each holder (an open run's handle, a tenant's cached host keyring) is charged its
-keyring's estimated size under a key; a compile in progress holds a reservation for what it
-will produce. To make room, the least recently used idle holders are evicted: an evicted run
-is not lost (its next put answers ``not_found`` and the client begins it again), an evicted
-host keyring is compiled again when next needed.
+:func:`~openwop_memory.redaction.estimate_bytes`) and every open run may hold one, so their
+total is budgeted. Each holder (an open run's handle, a tenant's cached host keyring) is
+charged its keyring's estimated size under a key; a compile in progress holds a reservation
+for what it will produce. To make room, the least recently used idle holders are evicted:
+an evicted run is not lost (its next put answers ``not_found`` and the client begins it
+again), an evicted host keyring is compiled again when next needed.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import anyio
 import anyio.to_thread
 from openwop_memory_client import RateLimitedError
 
-from .redaction import Keyring
-from .redaction_keyring import estimate_bytes
+from ..redaction import Keyring, estimate_bytes
 
 # A keyring larger than the whole budget will not fit however long the client waits; it is
 # told to come back late rather than soon.

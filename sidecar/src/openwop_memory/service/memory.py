@@ -40,6 +40,7 @@ from openwop_memory_client.wire import (
 
 from .. import __version__
 from ..domain import retention_cutoff_us
+from ..redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from ..storage.base import (
     BeginOutcome,
     BeginResult,
@@ -53,7 +54,6 @@ from ..storage.base import (
 )
 from ..timefmt import MAX_WIRE_US, format_us, parse_rfc3339
 from .keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
-from .redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from .refs import RefCodec
 from .runs import RunHandle, RunRegistry, merged_values
 from .stats import KeyringGauges, Stats

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from openwop_memory_client import ValidationError
 from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
 
+from ..redaction import Keyring
 from ..storage.base import Snapshot
 from .keyring_memory import KeyringBudget
-from .redaction import Keyring
 
 
 def merged_values(

@@ -1,8 +1,8 @@
 """A compiled keyring, and the search of one text for its secrets (no decoding here).
 
-Two automata over the text's skeleton (``redaction_fold.py``):
+Two automata over the text's skeleton (``fold.py``):
 
-- the *forms* (``redaction_needles.py``: the folded value, reversed, rot13, encoded), with
+- the *forms* (``needles.py``: the folded value, reversed, rot13, encoded), with
   every overlapping match reported, since each occurrence yields only a few;
 - the *fragments*: 12-character windows of each value beyond its public prefix (and of its
   reversal and rot13), matched without overlap, and each match grown in both directions
@@ -28,8 +28,8 @@ from typing import NamedTuple
 import ahocorasick_rs
 from openwop_memory_client.wire import MIN_SECRET_CHARS
 
-from .redaction_fold import Folded, Skeleton, fold, folded, skeleton, skeleton_bytes
-from .redaction_needles import (
+from .fold import Folded, Skeleton, fold, folded, skeleton, skeleton_bytes
+from .needles import (
     FRAGMENT_CHARS,
     MAX_FRAGMENTS,
     Kind,

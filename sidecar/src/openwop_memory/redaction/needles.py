@@ -1,11 +1,11 @@
 """The needles one secret is searched for, each already folded to a skeleton.
 
 A needle is a form the secret may take in a text (the value, its hex, its base64 at each
-byte alignment, its digest, its reversal...) folded by :func:`~.redaction_fold.fold`, so
+byte alignment, its digest, its reversal...) folded by :func:`~.fold.fold`, so
 that one search of a text's skeleton finds every form under every disguise the fold
 removes. :func:`form_needles` promises only needles of at least :data:`MIN_NEEDLE_CHARS`
 skeleton characters, so short forms never shred ordinary text. Fragments are searched
-differently (``redaction_keyring.py``); this module only says how long they are and which
+differently (``keyring.py``); this module only says how long they are and which
 public prefix they skip.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import NamedTuple
 
-from .redaction_fold import fold, folded
+from .fold import fold, folded
 
 MIN_NEEDLE_CHARS = 8
 FRAGMENT_CHARS = 12
@@ -61,7 +61,7 @@ class Kind(Enum):
     RAW = "raw"  # the value itself, in any disguise the fold removes
     ENCODED = "encoded"  # hex, base64, base32 or a digest: the whole encoded run is replaced
     TRANSFORMED = "transformed"  # reversed or rot13
-    # Fragments are not needles: see redaction_keyring.py.
+    # Fragments are not needles: see keyring.py.
 
 
 class Needle(NamedTuple):

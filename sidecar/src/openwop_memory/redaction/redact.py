@@ -2,14 +2,14 @@
 
 What counts as a registered secret (marker ``[REDACTED:<secretId>]``):
 
-- the value, and the value under every disguise the fold of ``redaction_fold.py`` removes
+- the value, and the value under every disguise the fold of ``fold.py`` removes
   (case, compatibility forms, invisible characters, combining marks, look-alike letters,
   separators between characters);
-- its encodings (``redaction_needles.py``): hex, base64 and base32 at every alignment inside
+- its encodings (``needles.py``): hex, base64 and base32 at every alignment inside
   a larger blob, of its UTF-8 and UTF-16 bytes, its SHA-256 digest, its reversal and rot13;
-- any fragment of :data:`~.redaction_needles.FRAGMENT_CHARS` letters or digits beyond a
-  public prefix (``redaction_keyring.py``, which searches one text for all of the above);
-- anything decoded (``redaction_decode.py``): escapes applied to all or part of it, and
+- any fragment of :data:`~.needles.FRAGMENT_CHARS` letters or digits beyond a
+  public prefix (``keyring.py``, which searches one text for all of the above);
+- anything decoded (``decode.py``): escapes applied to all or part of it, and
   nested or gzipped encodings, up to :data:`MAX_DEPTH` decodings within :data:`DECODE_BUDGET`;
 - the same across fields: content and tags are searched as one text, in the order sent.
 
@@ -39,8 +39,8 @@ from typing import Literal, NamedTuple
 from openwop_memory_client.wire import MIN_SECRET_CHARS
 
 from .credential_patterns import find_credentials, may_hold_credentials
-from .redaction_decode import Budget, View, blobs, escape_views, may_hold_blobs, may_hold_escapes
-from .redaction_keyring import FIELD_SEPARATOR, Hit, Keyring
+from .decode import Budget, View, blobs, escape_views, may_hold_blobs, may_hold_escapes
+from .keyring import FIELD_SEPARATOR, Hit, Keyring
 
 MAX_DEPTH = 3
 DECODE_BUDGET = 256 << 10  # four entries of the default maximum size
