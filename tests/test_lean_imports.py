@@ -28,7 +28,7 @@ NOT_AT_STARTUP = [
     "jsonrpcserver.main",
     "http.server",  # jsonrpcserver's own HTTP server
     "tomllib",  # a config file only
-    "openwop_memory.service.host_keyring",  # secrets_dir only
+    "openwop_memory.service.secrets_directory",  # secrets_dir only
     "openwop_memory.storage.postgresql",
     "openwop_memory_client._async_client",  # the client classes, not their errors and models
     "openwop_memory_client._sync_client",

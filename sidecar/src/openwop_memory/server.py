@@ -46,7 +46,7 @@ from .wire.framing import Connection, ConnectionLimits
 
 if TYPE_CHECKING:
     # Imported when secrets_dir is set (see _load_host_keyring): most sidecars have none.
-    from .service.host_keyring import HostKeyring
+    from .service.secrets_directory import SecretsDirectory
 
 log = structlog.get_logger("openwop_memory.server")
 
@@ -148,7 +148,7 @@ class Server:
         self.settings = settings
         self.storage: Storage | None = None
         self.service: MemoryService | None = None
-        self.host_keyring: HostKeyring | None = None
+        self.host_keyring: SecretsDirectory | None = None
         self.dispatcher: Dispatcher | None = None
         self._stop = anyio.Event()
         self._drain_deadline = math.inf
@@ -241,7 +241,7 @@ class Server:
             await self.storage.close()
             raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
 
-    async def _load_host_keyring(self) -> HostKeyring | None:
+    async def _load_host_keyring(self) -> SecretsDirectory | None:
         """The keyring of ``secrets_dir``, read once so that the first put already sees it;
         None when the setting is not set. A missing directory loads empty (with a warning).
 
@@ -249,9 +249,9 @@ class Server:
         """
         if self.settings.secrets_dir is None:
             return None
-        from .service.host_keyring import HostKeyring
+        from .service.secrets_directory import SecretsDirectory
 
-        keyring = HostKeyring(Path(self.settings.secrets_dir))
+        keyring = SecretsDirectory(Path(self.settings.secrets_dir))
         try:
             await anyio.to_thread.run_sync(keyring.reload)
         except OSError as exc:

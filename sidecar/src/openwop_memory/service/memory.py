@@ -66,7 +66,7 @@ PatternPolicy = Literal["off", "rewrite", "reject"]
 
 
 class HostSecrets(Protocol):
-    """The host keyring as the service reads it (see ``host_keyring.py``)."""
+    """The host secrets as the service reads them (see ``secrets_directory.py``)."""
 
     @property
     def generation(self) -> int:

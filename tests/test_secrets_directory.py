@@ -1,9 +1,9 @@
-"""The host keyring (``--secrets-dir``): loading rules, reload triggers, settings, and the
+"""The secrets directory (``--secrets-dir``): loading rules, reload triggers, settings, and the
 end-to-end redaction of host and tenant secrets by a real sidecar.
 
 Unit tests use real files in tmp directories and ``structlog.testing.capture_logs``. Every
 secret value is a string of unusual letters and digits, so that a log dump containing any
-five consecutive characters of one is caught (the keyring must never log a value or a part
+five consecutive characters of one is caught (the reader must never log a value or a part
 of one).
 """
 
@@ -20,11 +20,11 @@ import anyio
 import pytest
 import structlog
 from openwop_memory.config import ConfigError, Settings, load_settings
-from openwop_memory.service import host_keyring
-from openwop_memory.service.host_keyring import (
+from openwop_memory.service import secrets_directory
+from openwop_memory.service.secrets_directory import (
     MAX_SECRET_FILE_BYTES,
     MAX_SECRETS_PER_SCOPE,
-    HostKeyring,
+    SecretsDirectory,
 )
 from support.polling import eventually, wait_for
 from support.sidecar import RawClient, Sidecar
@@ -62,11 +62,11 @@ def events(logs: Logs, name: str) -> Logs:
     return [e for e in logs if e["event"] == name]
 
 
-def loaded(directory: Path) -> tuple[HostKeyring, Logs]:
-    keyring = HostKeyring(directory)
+def loaded(directory: Path) -> tuple[SecretsDirectory, Logs]:
+    secrets = SecretsDirectory(directory)
     with structlog.testing.capture_logs() as logs:
-        keyring.reload()
-    return keyring, logs
+        secrets.reload()
+    return secrets, logs
 
 
 @pytest.fixture
@@ -83,14 +83,14 @@ def secrets_dir(tmp_path: Path) -> Path:
 
 
 def test_host_wide_and_tenant_secrets(secrets_dir: Path) -> None:
-    keyring, logs = loaded(secrets_dir)
-    assert keyring.generation == 1
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "openai", ACME_VALUE: "acme-key"}
-    assert dict(keyring.values_for("globex")) == {
+    secrets, logs = loaded(secrets_dir)
+    assert secrets.generation == 1
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "openai", ACME_VALUE: "acme-key"}
+    assert dict(secrets.values_for("globex")) == {
         HOST_VALUE: "openai",
         GLOBEX_VALUE: "globex-key",
     }
-    assert dict(keyring.values_for("initech")) == {HOST_VALUE: "openai"}
+    assert dict(secrets.values_for("initech")) == {HOST_VALUE: "openai"}
     [line] = events(logs, "host_secrets_loaded")
     assert (line["host_wide"], line["tenants"], line["total"]) == (1, 2, 3)
     assert line["log_level"] == "info"
@@ -99,22 +99,22 @@ def test_host_wide_and_tenant_secrets(secrets_dir: Path) -> None:
 
 
 def test_mappings_are_cached_and_immutable(secrets_dir: Path) -> None:
-    keyring, _ = loaded(secrets_dir)
-    acme = keyring.values_for("acme")
-    assert keyring.values_for("acme") is acme
-    assert keyring.values_for("initech") is keyring.values_for("someone-else")
+    secrets, _ = loaded(secrets_dir)
+    acme = secrets.values_for("acme")
+    assert secrets.values_for("acme") is acme
+    assert secrets.values_for("initech") is secrets.values_for("someone-else")
     with pytest.raises(TypeError):
         acme[NEW_HOST_VALUE] = "x"  # type: ignore[index]
     write(secrets_dir / "openai", NEW_HOST_VALUE)
-    assert keyring.reload()
-    assert keyring.values_for("acme") is not acme
+    assert secrets.reload()
+    assert secrets.values_for("acme") is not acme
     assert dict(acme) == {HOST_VALUE: "openai", ACME_VALUE: "acme-key"}  # a snapshot
 
 
 def test_nothing_is_loaded_before_the_first_load(secrets_dir: Path) -> None:
-    keyring = HostKeyring(secrets_dir)
-    assert keyring.generation == 0
-    assert dict(keyring.values_for("acme")) == {}
+    secrets = SecretsDirectory(secrets_dir)
+    assert secrets.generation == 0
+    assert dict(secrets.values_for("acme")) == {}
 
 
 @pytest.mark.parametrize(
@@ -132,23 +132,23 @@ def test_nothing_is_loaded_before_the_first_load(secrets_dir: Path) -> None:
 )
 def test_one_trailing_newline_is_dropped(tmp_path: Path, data: bytes, value: str) -> None:
     write(tmp_path / "id", data)
-    keyring, _ = loaded(tmp_path)
-    assert dict(keyring.values_for("t")) == {value: "id"}
+    secrets, _ = loaded(tmp_path)
+    assert dict(secrets.values_for("t")) == {value: "id"}
 
 
 def test_the_tenant_id_wins_when_a_value_is_in_both(tmp_path: Path) -> None:
     write(tmp_path / "host-id", HOST_VALUE)
     write(tmp_path / "tenants" / "acme" / "acme-id", HOST_VALUE)
-    keyring, _ = loaded(tmp_path)
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "acme-id"}
-    assert dict(keyring.values_for("globex")) == {HOST_VALUE: "host-id"}
+    secrets, _ = loaded(tmp_path)
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "acme-id"}
+    assert dict(secrets.values_for("globex")) == {HOST_VALUE: "host-id"}
 
 
 def test_the_same_value_twice_in_one_directory_keeps_the_first_name(tmp_path: Path) -> None:
     write(tmp_path / "b-second", HOST_VALUE)
     write(tmp_path / "a-first", HOST_VALUE)
-    keyring, _ = loaded(tmp_path)
-    assert dict(keyring.values_for("t")) == {HOST_VALUE: "a-first"}
+    secrets, _ = loaded(tmp_path)
+    assert dict(secrets.values_for("t")) == {HOST_VALUE: "a-first"}
 
 
 def test_names_starting_with_a_dot_are_skipped_silently(tmp_path: Path) -> None:
@@ -156,9 +156,9 @@ def test_names_starting_with_a_dot_are_skipped_silently(tmp_path: Path) -> None:
     write(tmp_path / ".also-hidden", HOST_VALUE)
     write(tmp_path / "tenants" / ".acme" / "id", ACME_VALUE)
     write(tmp_path / "tenants" / "acme" / ".id", ACME_VALUE)
-    keyring, logs = loaded(tmp_path)
-    assert keyring.generation == 0
-    assert dict(keyring.values_for("acme")) == {}
+    secrets, logs = loaded(tmp_path)
+    assert secrets.generation == 0
+    assert dict(secrets.values_for("acme")) == {}
     assert not [e for e in logs if e["log_level"] != "info"]
 
 
@@ -214,8 +214,8 @@ def test_an_unusable_file_is_ignored_with_a_warning_but_never_its_value(
     write(tmp_path / "openai", HOST_VALUE)
     path = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), os.fsencode(name))))
     make(path)
-    keyring, logs = loaded(tmp_path)
-    assert dict(keyring.values_for("t")) == {HOST_VALUE: "openai"}
+    secrets, logs = loaded(tmp_path)
+    assert dict(secrets.values_for("t")) == {HOST_VALUE: "openai"}
     [warning] = events(logs, "host_secret_ignored")
     assert warning["log_level"] == "warning"
     assert reason in warning["reason"], warning
@@ -232,8 +232,8 @@ def test_a_file_of_exactly_16_kib_is_used(tmp_path: Path) -> None:
     value = ("Qz7Xj" * MAX_SECRET_FILE_BYTES)[:MAX_SECRET_FILE_BYTES]
     write(tmp_path / "big", value)
     write(tmp_path / "big-with-newline", value[:-1] + "\n")
-    keyring, logs = loaded(tmp_path)
-    assert dict(keyring.values_for("t")) == {value: "big", value[:-1]: "big-with-newline"}
+    secrets, logs = loaded(tmp_path)
+    assert dict(secrets.values_for("t")) == {value: "big", value[:-1]: "big-with-newline"}
     assert not events(logs, "host_secret_ignored")
 
 
@@ -260,8 +260,8 @@ def test_an_unusable_tenant_directory_is_ignored_with_a_warning(
 ) -> None:
     write(tmp_path / "openai", HOST_VALUE)
     make(tmp_path)
-    keyring, logs = loaded(tmp_path)
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "openai"}
+    secrets, logs = loaded(tmp_path)
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "openai"}
     [warning] = events(logs, "host_secret_ignored")
     assert reason in warning["reason"], warning
     assert warning.get("tenant") == tenant
@@ -277,8 +277,8 @@ def test_at_most_256_secrets_per_directory_by_name_order(
     for i in reversed(range(total)):  # creation order must not matter
         write(directory / f"s{i:03d}", f"Qz7XjVk{i:03d}Wq9")
     write(directory / "bad]id", "Zx9Qw4vKp3")  # sorts before "s": ignored, not counted
-    keyring, logs = loaded(tmp_path)
-    ids = set(keyring.values_for("acme").values())
+    secrets, logs = loaded(tmp_path)
+    ids = set(secrets.values_for("acme").values())
     assert ids == {f"s{i:03d}" for i in range(MAX_SECRETS_PER_SCOPE)}
     over = [e for e in events(logs, "host_secret_ignored") if "more than" in e["reason"]]
     assert [e["secret_id"] for e in over] == [
@@ -292,60 +292,60 @@ def test_host_and_tenant_caps_are_separate(tmp_path: Path) -> None:
     for i in range(MAX_SECRETS_PER_SCOPE):
         write(tmp_path / f"h{i:03d}", f"Qz7XjVk{i:03d}Wq9")
         write(tmp_path / "tenants" / "acme" / f"a{i:03d}", f"Rb4YmTn{i:03d}Lp2")
-    keyring, logs = loaded(tmp_path)
-    assert len(keyring.values_for("acme")) == 2 * MAX_SECRETS_PER_SCOPE
+    secrets, logs = loaded(tmp_path)
+    assert len(secrets.values_for("acme")) == 2 * MAX_SECRETS_PER_SCOPE
     assert not events(logs, "host_secret_ignored")
 
 
 # -- the directory itself ----------------------------------------------------------------------
 
 
-def test_a_missing_directory_is_an_empty_keyring_until_it_appears(tmp_path: Path) -> None:
+def test_a_missing_directory_holds_no_secrets_until_it_appears(tmp_path: Path) -> None:
     directory = tmp_path / "not-yet"
-    keyring, logs = loaded(directory)
-    assert dict(keyring.values_for("acme")) == {}
+    secrets, logs = loaded(directory)
+    assert dict(secrets.values_for("acme")) == {}
     [missing] = events(logs, "host_secrets_dir_missing")
     assert missing["log_level"] == "warning"
     assert missing["directory"] == str(directory)
     write(directory / "openai", HOST_VALUE)
-    assert keyring.reload()
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "openai"}
+    assert secrets.reload()
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "openai"}
 
 
 def test_a_directory_that_cannot_be_listed_raises_and_keeps_the_secrets(tmp_path: Path) -> None:
     directory = tmp_path / "secrets"
     write(directory / "openai", HOST_VALUE)
-    keyring, _ = loaded(directory)
+    secrets, _ = loaded(directory)
     (directory / "openai").unlink()
     directory.rmdir()
     directory.write_text("a file where the directory was\n")
     with pytest.raises(NotADirectoryError):
-        keyring.reload()
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "openai"}
-    assert keyring.generation == 1
+        secrets.reload()
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "openai"}
+    assert secrets.generation == 1
 
 
 def test_generation_changes_only_when_the_secrets_change(tmp_path: Path) -> None:
-    keyring = HostKeyring(tmp_path)
+    secrets = SecretsDirectory(tmp_path)
     with structlog.testing.capture_logs() as logs:
-        assert not keyring.reload()  # empty, as before the first load
-        assert keyring.generation == 0
+        assert not secrets.reload()  # empty, as before the first load
+        assert secrets.generation == 0
         write(tmp_path / "openai", HOST_VALUE)
-        assert keyring.reload() and keyring.generation == 1
-        assert not keyring.reload()
+        assert secrets.reload() and secrets.generation == 1
+        assert not secrets.reload()
         write(tmp_path / "openai", HOST_VALUE + "\n")  # rewritten, same value
         write(tmp_path / "too-short", SHORT_VALUE)  # ignored: no change
-        assert not keyring.reload() and keyring.generation == 1
+        assert not secrets.reload() and secrets.generation == 1
         write(tmp_path / "openai", NEW_HOST_VALUE)
-        assert keyring.reload() and keyring.generation == 2
+        assert secrets.reload() and secrets.generation == 2
         (tmp_path / "openai").rename(tmp_path / "renamed")  # same value, new id
-        assert keyring.reload() and keyring.generation == 3
+        assert secrets.reload() and secrets.generation == 3
         write(tmp_path / "tenants" / "acme" / "renamed", NEW_HOST_VALUE)  # tenant's own now
-        assert keyring.reload() and keyring.generation == 4
+        assert secrets.reload() and secrets.generation == 4
         (tmp_path / "renamed").unlink()
         (tmp_path / "tenants" / "acme" / "renamed").unlink()
-        assert keyring.reload() and keyring.generation == 5
-        assert dict(keyring.values_for("acme")) == {}
+        assert secrets.reload() and secrets.generation == 5
+        assert dict(secrets.values_for("acme")) == {}
     # One line for the first load, then one per load that changed something.
     assert [e["generation"] for e in events(logs, "host_secrets_loaded")] == [0, 1, 2, 3, 4, 5]
 
@@ -371,8 +371,8 @@ def test_a_kubernetes_secret_volume_and_its_atomic_update(tmp_path: Path) -> Non
     kubernetes_volume(
         tmp_path, "2024_01_01_00_00_00.1", {"openai": HOST_VALUE, "tenants/acme/key": ACME_VALUE}
     )
-    keyring, logs = loaded(tmp_path)
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "openai", ACME_VALUE: "key"}
+    secrets, logs = loaded(tmp_path)
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "openai", ACME_VALUE: "key"}
     assert not [e for e in logs if e["log_level"] != "info"]  # ..data and co. are skipped
 
     kubernetes_volume(
@@ -380,9 +380,9 @@ def test_a_kubernetes_secret_volume_and_its_atomic_update(tmp_path: Path) -> Non
         "2024_01_02_00_00_00.2",
         {"openai": NEW_HOST_VALUE, "tenants/acme/key": GLOBEX_VALUE},
     )
-    assert keyring._poll() is True  # the followed files changed: the poll notices
-    assert dict(keyring.values_for("acme")) == {NEW_HOST_VALUE: "openai", GLOBEX_VALUE: "key"}
-    assert keyring._poll() is None  # nothing changed since
+    assert secrets._poll() is True  # the followed files changed: the poll notices
+    assert dict(secrets.values_for("acme")) == {NEW_HOST_VALUE: "openai", GLOBEX_VALUE: "key"}
+    assert secrets._poll() is None  # nothing changed since
 
 
 # -- the watcher -------------------------------------------------------------------------------
@@ -400,15 +400,15 @@ async def wait_until(predicate: Callable[[], bool], what: str) -> None:
 
 @pytest.mark.anyio
 async def test_watch_reloads_a_changed_file(secrets_dir: Path) -> None:
-    keyring = HostKeyring(secrets_dir)
-    keyring.reload()
+    secrets = SecretsDirectory(secrets_dir)
+    secrets.reload()
     with structlog.testing.capture_logs() as logs:
         async with anyio.create_task_group() as tg:
-            await tg.start(keyring.watch, 0.02)
+            await tg.start(secrets.watch, 0.02)
             write(secrets_dir / "tenants" / "acme" / "acme-key", NEW_HOST_VALUE + "\n")
-            await wait_until(lambda: keyring.generation == 2, "the poll to reload")
+            await wait_until(lambda: secrets.generation == 2, "the poll to reload")
             tg.cancel_scope.cancel()
-    assert dict(keyring.values_for("acme")) == {HOST_VALUE: "openai", NEW_HOST_VALUE: "acme-key"}
+    assert dict(secrets.values_for("acme")) == {HOST_VALUE: "openai", NEW_HOST_VALUE: "acme-key"}
     [reload] = events(logs, "host_secrets_reload")
     assert (reload["trigger"], reload["changed"], reload["generation"]) == ("poll", True, 2)
     assert_no_value_in(repr(logs), HOST_VALUE, NEW_HOST_VALUE, ACME_VALUE, GLOBEX_VALUE)
@@ -418,19 +418,19 @@ async def test_watch_reloads_a_changed_file(secrets_dir: Path) -> None:
 async def test_watch_does_not_reload_an_unchanged_directory(
     secrets_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keyring = HostKeyring(secrets_dir)
-    keyring.reload()
+    secrets = SecretsDirectory(secrets_dir)
+    secrets.reload()
     polls: list[bool | None] = []
-    poll = keyring._poll
+    poll = secrets._poll
 
     def counted() -> bool | None:
         polls.append(poll())
         return polls[-1]
 
-    monkeypatch.setattr(keyring, "_poll", counted)
+    monkeypatch.setattr(secrets, "_poll", counted)
     with structlog.testing.capture_logs() as logs:
         async with anyio.create_task_group() as tg:
-            await tg.start(keyring.watch, 0.01)
+            await tg.start(secrets.watch, 0.01)
             await wait_until(lambda: len(polls) >= 5, "five polls")
             tg.cancel_scope.cancel()
     assert set(polls) == {None}
@@ -441,23 +441,23 @@ async def test_watch_does_not_reload_an_unchanged_directory(
 async def test_watch_outlives_a_failing_poll(
     secrets_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keyring = HostKeyring(secrets_dir)
-    keyring.reload()
-    real = host_keyring._signature
+    secrets = SecretsDirectory(secrets_dir)
+    secrets.reload()
+    real = secrets_directory._signature
     calls: list[int] = []
 
-    def flaky(directory: Path) -> host_keyring.Signature:
+    def flaky(directory: Path) -> secrets_directory.Signature:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError(HOST_VALUE)  # the message must not be logged either
         return real(directory)
 
-    monkeypatch.setattr(host_keyring, "_signature", flaky)
+    monkeypatch.setattr(secrets_directory, "_signature", flaky)
     write(secrets_dir / "openai", NEW_HOST_VALUE)
     with structlog.testing.capture_logs() as logs:
         async with anyio.create_task_group() as tg:
-            await tg.start(keyring.watch, 0.01)
-            await wait_until(lambda: keyring.generation == 2, "the next poll to reload")
+            await tg.start(secrets.watch, 0.01)
+            await wait_until(lambda: secrets.generation == 2, "the next poll to reload")
             tg.cancel_scope.cancel()
     [failed] = events(logs, "host_secrets_poll_failed")
     assert failed["error"] == "RuntimeError"
@@ -469,18 +469,18 @@ async def test_reload_now_logs_its_trigger_and_survives_an_unlistable_directory(
     tmp_path: Path,
 ) -> None:
     write(tmp_path / "secrets" / "openai", HOST_VALUE)
-    keyring = HostKeyring(tmp_path / "secrets")
+    secrets = SecretsDirectory(tmp_path / "secrets")
     with structlog.testing.capture_logs() as logs:
-        assert await keyring.reload_now("sighup")
+        assert await secrets.reload_now("sighup")
         (tmp_path / "secrets" / "openai").unlink()
         (tmp_path / "secrets").rmdir()
         (tmp_path / "secrets").write_text("not a directory\n")
-        assert not await keyring.reload_now("sighup")
+        assert not await secrets.reload_now("sighup")
     [reload] = events(logs, "host_secrets_reload")
     assert (reload["trigger"], reload["changed"]) == ("sighup", True)
     [failed] = events(logs, "host_secrets_reload_failed")
     assert (failed["trigger"], failed["error"]) == ("sighup", "NotADirectoryError")
-    assert dict(keyring.values_for("t")) == {HOST_VALUE: "openai"}
+    assert dict(secrets.values_for("t")) == {HOST_VALUE: "openai"}
 
 
 # -- settings --------------------------------------------------------------------------------

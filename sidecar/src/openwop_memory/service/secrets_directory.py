@@ -1,4 +1,4 @@
-"""The host keyring: secrets the operator keeps in a directory (setting ``secrets_dir``).
+"""The secrets directory: host secrets the operator keeps in files (setting ``secrets_dir``).
 
 Layout, one file per secret, named by its secret id and holding its value::
 
@@ -48,7 +48,7 @@ TENANTS_DIR = "tenants"
 _SECRET_ID = re.compile(SECRET_ID_FREE)
 _TENANT = re.compile(CONTROL_FREE)
 
-log = structlog.get_logger("openwop_memory.host_keyring")
+log = structlog.get_logger("openwop_memory.secrets_directory")
 
 # (path relative to the directory, inode, size, mtime_ns) of everything a load reads;
 # None when the directory does not exist.
@@ -73,7 +73,7 @@ class _Loaded:
 
 @dataclass(frozen=True)
 class _State:
-    """One generation of the keyring, with each tenant's merged mapping precomputed."""
+    """One generation of the secrets, with each tenant's merged mapping precomputed."""
 
     generation: int
     loaded: _Loaded
@@ -91,11 +91,11 @@ class _State:
         return cls(generation, loaded, host, by_tenant)
 
 
-class HostKeyring:
+class SecretsDirectory:
     """Host-wide and per-tenant secrets read from ``directory``; a ``HostSecrets``.
 
-    Nothing is read until :meth:`reload` (or :meth:`watch`) runs; until then the keyring is
-    empty and :attr:`generation` is 0.
+    Nothing is read until :meth:`reload` (or :meth:`watch`) runs; until then it holds no
+    secrets and :attr:`generation` is 0.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -121,7 +121,7 @@ class HostKeyring:
     def reload(self) -> bool:
         """Read the directory now (blocking: call it from a worker thread on a loop).
 
-        A missing directory loads as an empty keyring, with a warning.
+        A missing directory loads as no secrets, with a warning.
 
         :returns: whether the loaded secrets differ from the previous ones.
         :raises OSError: the directory exists but cannot be listed (or is not a directory);
