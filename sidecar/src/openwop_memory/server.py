@@ -4,7 +4,7 @@ Startup refuses a socket path where a live sidecar answers and replaces a stale 
 file. The first SIGTERM or SIGINT stops accepting, lets requests already read finish
 within ``drain_timeout``, flushes and checkpoints the database, removes the socket and
 returns normally (exit 0); a second signal exits at once. SIGHUP re-reads ``secrets_dir``
-(the host keyring) and never stops the server.
+(the host-wide and per-tenant secrets) and never stops the server.
 
 The accept loop survives running out of file descriptors (it backs off and tries again;
 open connections go on being served) and answers a connection beyond ``max_connections``
@@ -45,7 +45,7 @@ from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
 
 if TYPE_CHECKING:
-    # Imported when secrets_dir is set (see _load_host_keyring): most sidecars have none.
+    # Imported when secrets_dir is set (see _load_secrets_directory): most sidecars have none.
     from .service.secrets_directory import SecretsDirectory
 
 log = structlog.get_logger("openwop_memory.server")
@@ -56,7 +56,7 @@ _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.
 _ACCEPT_BACKOFF_FIRST = 0.01
 _ACCEPT_BACKOFF_MAX = 1.0
 # Descriptors the process needs besides its connections: the listener, the database and
-# its companions on every SQLite connection, the event loop, logs, the keyring directory.
+# its companions on every SQLite connection, the event loop, logs, the secrets directory.
 _RESERVED_DESCRIPTORS = 64
 REFUSAL_RETRY_AFTER_MS = 250
 
@@ -148,7 +148,7 @@ class Server:
         self.settings = settings
         self.storage: Storage | None = None
         self.service: MemoryService | None = None
-        self.host_keyring: SecretsDirectory | None = None
+        self.secrets_directory: SecretsDirectory | None = None
         self.dispatcher: Dispatcher | None = None
         self._stop = anyio.Event()
         self._drain_deadline = math.inf
@@ -176,8 +176,8 @@ class Server:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
-                if self.host_keyring is not None:
-                    tg.start_soon(self.host_keyring.watch, self.settings.secrets_poll_interval)
+                if self.secrets_directory is not None:
+                    tg.start_soon(self.secrets_directory.watch, self.settings.secrets_poll_interval)
                 tg.start_soon(Sweeper(self.service, self.settings).run)
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(self._accept, listener, conns)
@@ -202,7 +202,7 @@ class Server:
             )
         check_socket_path(settings.socket)
         _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
-        self.host_keyring = await self._load_host_keyring()
+        self.secrets_directory = await self._load_secrets_directory()
         self.storage = make_storage(settings)
         try:
             await self.storage.open()
@@ -221,7 +221,7 @@ class Server:
                 max_run_secret_bytes=settings.max_run_secret_bytes,
                 max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
             ),
-            host_secrets=self.host_keyring,
+            host_secrets=self.secrets_directory,
         )
         self.dispatcher = Dispatcher(
             self.service,
@@ -241,8 +241,8 @@ class Server:
             await self.storage.close()
             raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
 
-    async def _load_host_keyring(self) -> SecretsDirectory | None:
-        """The keyring of ``secrets_dir``, read once so that the first put already sees it;
+    async def _load_secrets_directory(self) -> SecretsDirectory | None:
+        """The secrets of ``secrets_dir``, read once so that the first put already sees it;
         None when the setting is not set. A missing directory loads empty (with a warning).
 
         :raises StartupError: the directory exists but cannot be listed.
@@ -251,14 +251,14 @@ class Server:
             return None
         from .service.secrets_directory import SecretsDirectory
 
-        keyring = SecretsDirectory(Path(self.settings.secrets_dir))
+        directory = SecretsDirectory(Path(self.settings.secrets_dir))
         try:
-            await anyio.to_thread.run_sync(keyring.reload)
+            await anyio.to_thread.run_sync(directory.reload)
         except OSError as exc:
             raise StartupError(
                 f"cannot read secrets_dir {self.settings.secrets_dir}: {exc.strerror}"
             ) from None
-        return keyring
+        return directory
 
     async def _accept(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
         assert self.service is not None
@@ -411,10 +411,10 @@ class Server:
         self.request_stop()
 
     async def _reload_host_secrets(self) -> None:
-        if self.host_keyring is None:
+        if self.secrets_directory is None:
             log.info("signal_ignored", signal="SIGHUP", reason="secrets_dir is not set")
             return
-        await self.host_keyring.reload_now("sighup")
+        await self.secrets_directory.reload_now("sighup")
 
     async def _cleanup(self) -> None:
         if self.storage is not None:
