@@ -4,7 +4,9 @@ One writer connection applies every write of this process, each caller answered 
 its commit. Reads go to a small pool of read-only aiosqlite connections, which WAL lets run
 beside the writer.
 
-Writes go through group commit on a dedicated writer thread (:mod:`.sqlite_writer`).
+Writes go through group commit (:mod:`.sqlite_writer`): puts, deletes and run begins commit
+on the event loop when ``synchronous`` is NORMAL (no fsync per commit), anything else on the
+writer thread, which also checkpoints the WAL.
 
 Point reads (an entry by id, a run by id) go the other way: by default they run inline on
 the event loop, on a read-only connection that never waits for a lock. A hand-off to a
@@ -60,7 +62,7 @@ from .base import (
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
-from .sqlite_writer import GroupCommit, OpFn, Txn
+from .sqlite_writer import WAL_CHECKPOINT_BYTES, GroupCommit, OpFn, Txn
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -73,7 +75,7 @@ _SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = :tenant AND key = :key)
 # Idempotency keys pin their entry (the second put returns it even after delete or expiry).
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
 # Below this much free space on the database's file system, health reports ``disk_full``:
-# one WAL cycle between checkpoints (wal_autocheckpoint) needs about this much.
+# one WAL cycle between checkpoints (WAL_CHECKPOINT_BYTES) needs about this much.
 _LOW_DISK_BYTES = 16 << 20
 # How long a degraded health answer may spend checking whether writes work again.
 _PROBE_SECONDS = 2.0
@@ -105,6 +107,7 @@ class SqliteStorage:
         max_batch: int = 512,
         scope_cache_size: int = 4096,
         stuck_after: float | None = None,
+        checkpoint_bytes: int = WAL_CHECKPOINT_BYTES,
     ) -> None:
         self.path = path
         self.synchronous = synchronous
@@ -113,7 +116,15 @@ class SqliteStorage:
         self.inline_point_reads = inline_point_reads
         self._inline: sqlite3.Connection | None = None
         self.max_batch = max_batch
-        self._writer = GroupCommit(max_batch=max_batch)
+        # With NORMAL a commit does not fsync, so it is cheap enough for the event loop;
+        # FULL and EXTRA fsync on every commit, which must not stall the loop.
+        self._writer = GroupCommit(
+            path,
+            busy_timeout_ms=busy_timeout_ms,
+            commit_on_loop=synchronous == "NORMAL",
+            max_batch=max_batch,
+            checkpoint_bytes=checkpoint_bytes,
+        )
         self._readers: list[aiosqlite.Connection] = []
         self._next_reader: Iterator[int] = iter(())
         self._closed = False
@@ -177,10 +188,6 @@ class SqliteStorage:
             # Deleted and expired content is overwritten, not left in free pages.
             "PRAGMA secure_delete = ON",
             "PRAGMA journal_size_limit = 67108864",
-            # Checkpoint every 16 MiB of WAL instead of 4: a checkpoint runs inside the
-            # commit that triggers it, and fewer, larger ones cost a fifth less per put
-            # under sustained writes (measured). The sweeper checkpoints too.
-            "PRAGMA wal_autocheckpoint = 4000",
         ]
 
     def _check_wal(self, mode: object) -> None:
@@ -191,13 +198,17 @@ class SqliteStorage:
             )
 
     def _open_writer(self) -> sqlite3.Connection:
-        """On the writer thread: the writer connection (transactions opened explicitly)."""
+        """On the writer thread: the writer connection (transactions opened explicitly),
+        used by the loop and the writer thread in turn; also the checkpoint connection."""
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             self._check_wal(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             for pragma in self._pragmas():
                 conn.execute(pragma)
+            # SQLite's own checkpoint would run inside a commit, possibly on the loop; the
+            # writer thread checkpoints instead (see sqlite_writer).
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException:
             conn.close()
             raise
@@ -360,7 +371,7 @@ class SqliteStorage:
                 BeginOutcome.CREATED, RunRecord(run_id, tenant, Snapshot(txn.seq), snap_us)
             )
 
-        result: BeginResult = await self._writer.write(op)
+        result: BeginResult = await self._writer.write(op, quick=True)
         return result
 
     async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
@@ -410,7 +421,7 @@ class SqliteStorage:
                 txn.keys.append((scope_pk, key, request.digest, seq, now_us))
             return PutResult(PutOutcome.STORED, row)
 
-        result: PutResult = await self._writer.write(op)
+        result: PutResult = await self._writer.write(op, quick=True)
         return result
 
     def _keyed_entry(self, txn: Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
@@ -446,7 +457,7 @@ class SqliteStorage:
                 return True
             return False
 
-        result: bool = await self._writer.write(op)
+        result: bool = await self._writer.write(op, quick=True)
         return result
 
     # -- reads ---------------------------------------------------------------------------

@@ -1,14 +1,50 @@
-"""Group commit on a dedicated writer thread, for SQLite.
+"""Group commit for SQLite: on the event loop where that is cheap and safe, else on the
+writer thread.
 
-One plain sqlite3 connection, owned by one thread, applies every write of this process.
-Writes queue up while a commit is in flight and the next commit takes them all in one
-transaction (leader-follower group commit: the first waiting caller commits for everyone,
-so there is no background task); each caller is answered only after its commit.
+One plain sqlite3 connection applies every write of this process. Writes queue up, and one
+commit takes all that are queued in one transaction (group commit); each caller is answered
+only after its commit. One commit is in flight at a time, so commit order is queue order. A
+whole transaction runs as one function, wherever it runs: a hand-off per statement (as
+aiosqlite does) would cost more than the statements.
 
-A whole transaction runs on the thread as one function: aiosqlite costs a hand-off
-between the event loop and its thread per statement, and a group commit is five or more
-statements. Each hand-off is also a point where the writer thread must win the GIL back
-from a busy event loop, which capped write throughput well below what SQLite sustains.
+**Where a commit runs.** In WAL mode with ``synchronous = NORMAL`` a commit appends to the
+WAL without an fsync, and a group commit is less SQLite work than handing it to a thread
+and back (the hand-off and the GIL wake-ups on both sides were measured to cost more than
+the commit itself). So a batch commits on the event loop by default, in a callback queued
+behind what is already runnable, so that every request that reaches its write in the same
+turn of the loop joins the batch. A batch goes to the writer thread instead when:
+
+- one of its ops is not *quick* (``write(fn)`` without ``quick=True``): sweeps, run
+  touches, anything that may touch many rows or block;
+- it is large (more than ``_LOOP_BATCH_MAX`` ops): its SQLite work alone would hold the
+  loop for milliseconds, and the hand-off is a small share of it;
+- commits fsync (``synchronous`` FULL or EXTRA): the storage then never commits on the
+  loop (``commit_on_loop=False``);
+- another connection holds the write lock: on the loop the connection never waits (busy
+  timeout 0) and a batch that meets ``SQLITE_BUSY`` goes to the thread, which waits up to
+  the busy timeout (``BEGIN IMMEDIATE`` serialises sidecars sharing the file);
+- a checkpoint is running: its fsyncs can make WAL appends wait in the kernel for
+  milliseconds (measured: outside checkpoints a commit on the loop almost never blocks);
+- commits on the loop turned slow: one that took longer than a few milliseconds *and*
+  blocked in the kernel meanwhile (a slow or saturated disk; merely losing the CPU to other
+  processes does not count, the thread would be no faster) sends commits to the thread for
+  a while, twice as long each time it happens again, so a bad disk stalls the loop now and
+  then rather than on every write.
+
+The thread is fed through one queue and wakes the loop once per batch it commits; the
+writer connection keeps a busy timeout of 0 while the loop uses it and the configured one
+while the thread does.
+
+**Checkpoints never run on the loop.** SQLite's automatic checkpoint runs inside the commit
+that crosses its threshold and can take hundreds of milliseconds with its fsyncs, so it is
+off on the writer connection. Instead, once the WAL file has grown past
+``checkpoint_bytes`` (looked at every few commits), a checkpoint thread with a connection
+of its own checkpoints: PASSIVE (commits and reads go on meanwhile), then TRUNCATE with a
+short busy timeout, which holds the write lock only to copy what was committed during the
+PASSIVE one and to empty the WAL. Without that second step, commits landing during every
+checkpoint would keep the WAL from ever starting over. If a reader still needs the WAL,
+TRUNCATE gives up after that short wait, and the next try waits until the WAL has grown by
+another ``checkpoint_bytes``. The sweeper's PASSIVE and shutdown's TRUNCATE run there too.
 
 The rule every op follows: **a failed commit leaves no trace.** An op changes nothing but
 the transaction it is given; whatever in-memory state it derives from its writes (a new
@@ -24,19 +60,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
+import os
+import resource
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
 
 from ..timefmt import now_us as wall_clock_us
 from .base import Scope
 from .sqlite_errors import translate_errors
+from .sqlite_thread import WriterThread
+
+# A commit on the loop that takes longer and waited for the disk meanwhile holds up every
+# request: commits move to the writer thread for _OFF_LOOP_FIRST_S, twice as long after
+# each further slow one (up to _OFF_LOOP_MAX_S), starting over once none was slow for
+# _SLOW_FORGOTTEN_S.
+_SLOW_COMMIT_S = 0.005
+_OFF_LOOP_FIRST_S = 1.0
+_OFF_LOOP_MAX_S = 64.0
+_SLOW_FORGOTTEN_S = 60.0
+# Larger batches go to the writer thread: their SQLite work would hold the loop for more
+# than a few milliseconds, and the hand-off is a small share of it.
+_LOOP_BATCH_MAX = 64
+# How long a checkpoint's TRUNCATE step may wait for the write lock, then for readers to
+# leave the WAL, while holding writers up.
+_TRUNCATE_WAIT_MS = 50
+# Commits between two looks at the WAL's size (a stat).
+_WAL_LOOK_EVERY = 16
+# The WAL size that triggers a checkpoint: SQLite's automatic one used to run at 4000 pages.
+WAL_CHECKPOINT_BYTES = 16 << 20
+
+log = structlog.get_logger("openwop_memory.storage")
 
 
 @dataclass
@@ -60,8 +121,8 @@ class Txn:
     _after_commit: list[Callable[[], None]] = field(default_factory=list)
 
     def after_commit(self, effect: Callable[[], None]) -> None:
-        """Run ``effect`` on the writer thread once this transaction has committed, never
-        if it rolls back: the one way an op may change state outside the database."""
+        """Run ``effect`` on the committing thread once this transaction has committed,
+        never if it rolls back: the one way an op may change state outside the database."""
         self._after_commit.append(effect)
 
     def stamp(self) -> tuple[int, int]:
@@ -71,7 +132,7 @@ class Txn:
         return self.seq, self.last_us
 
 
-OpFn = Callable[[Txn], Any]  # runs on the writer thread, inside the transaction
+OpFn = Callable[[Txn], Any]  # runs inside the transaction, on the loop or the writer thread
 
 _INSERT_ENTRIES = (
     "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us)"
@@ -83,48 +144,105 @@ _INSERT_KEYS = (
 )
 
 
-@dataclass
 class _Op:
-    fn: OpFn
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
-    error: BaseException | None = None
+    __slots__ = ("done", "error", "fn", "quick", "result")
+
+    def __init__(self, fn: OpFn, quick: bool, done: asyncio.Future[None]) -> None:
+        self.fn = fn
+        self.quick = quick
+        self.done = done  # resolved (never failed) once ``result`` or ``error`` is final
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _LockBusy(Exception):
+    """On the loop, another connection held the write lock: the ops of the batch from
+    ``index`` on are not committed yet and must go to the writer thread."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+if hasattr(resource, "RUSAGE_THREAD"):
+
+    def _waits() -> int:
+        """How often this thread has blocked in the kernel (for I/O, mostly) so far."""
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+else:  # pragma: no cover - not Linux: count every slow commit as waiting for the disk
+
+    def _waits() -> int:
+        return time.monotonic_ns()
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # absent on errors raised by hand
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 Fault = Callable[[str], None]
 
 
 class GroupCommit:
-    """The writer thread, its connection, and the queue of writes waiting for a commit.
+    """The writer connection, the queue of writes waiting for a commit, and the writer thread.
 
-    ``before_statement`` is a test seam: called on the writer thread with the name of each
-    statement of a group commit (``begin``, ``clock``, ``op``, ``entries``, ``tags``,
-    ``keys``, ``commit``) just before it runs; what it raises fails the commit as the
-    database would. ``None`` (the default) costs one attribute test per statement.
+    ``before_statement`` is a test seam: called with the name of each statement of a group
+    commit (``begin``, ``clock``, ``op``, ``entries``, ``tags``, ``keys``, ``commit``) just
+    before it runs, and with ``checkpoint`` before each checkpoint, on the thread that runs
+    it (the loop's or the writer thread); what it raises fails the commit or checkpoint as
+    the database would. ``None`` (the default) costs one attribute test per statement.
     """
 
-    def __init__(self, *, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout_ms: int,
+        commit_on_loop: bool = True,
+        max_batch: int = 512,
+        checkpoint_bytes: int = WAL_CHECKPOINT_BYTES,
+    ) -> None:
         self.max_batch = max_batch
+        self.busy_timeout_ms = busy_timeout_ms
+        self.commit_on_loop = commit_on_loop
+        self.checkpoint_bytes = checkpoint_bytes
         self.before_statement: Fault | None = None
         # Write health, read by the event loop (see ``problems``).
         self._failing_since: float | None = None
         self._failure_reason = ""
         self._commit_started: float | None = None
+        self._thread = WriterThread("openwop-memory-writer")
+        self._checkpoints = WriterThread("openwop-memory-checkpoint")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connect: Callable[[], sqlite3.Connection] | None = None
         self._conn: sqlite3.Connection | None = None
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="openwop-memory-writer")
+        self._conn_wait_ms = -1  # the busy timeout the writer connection has now
+        self._checkpointer: sqlite3.Connection | None = None
         self._pending: list[_Op] = []
-        self._committing = False
-        self._idle = anyio.Event()
-        self._idle.set()
+        self._scheduled = False  # a _flush is queued on the loop
+        self._in_flight = False  # a batch is on the writer thread
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self._closed = False
+        self._off_loop_until = 0.0
+        self._off_loop_for = _OFF_LOOP_FIRST_S
+        self._last_slow = -math.inf
+        self._wal_path = path + "-wal"
+        self._commits = 0
+        self._checkpoint_at = checkpoint_bytes
+        self._checkpointing = 0  # checkpoints queued or running
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on the writer thread, after whatever is already queued there."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, functools.partial(fn, *args))
+        return await self._thread.run(fn, *args)
 
     async def start(self, connect: Callable[[], sqlite3.Connection]) -> sqlite3.Connection:
-        """Open the writer connection with ``connect``, on the writer thread."""
+        """Open the writer connection with ``connect``, on the writer thread; the checkpoint
+        thread opens its own with ``connect`` too, when first needed."""
+        self._loop = asyncio.get_running_loop()
+        self._connect = connect
+        self._thread.start()
+        self._checkpoints.start()
         conn: sqlite3.Connection = await self.run(connect)
         self._conn = conn
         return conn
@@ -132,69 +250,211 @@ class GroupCommit:
     async def close(self) -> None:
         """Commit what is queued, checkpoint (truncating the WAL), close. Idempotent."""
         self._closed = True
-        await self._idle.wait()  # the commit in flight, and those queued behind it
+        if self._loop is None:
+            return
+        while self._pending or self._scheduled or self._in_flight:
+            waiter = self._loop.create_future()
+            self._idle_waiters.append(waiter)
+            await waiter
         with contextlib.suppress(MemoryServiceError):
             await self.checkpoint("TRUNCATE")
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                await self.run(conn.close)
-        self._thread.shutdown(wait=False)
+        for thread, conn in ((self._thread, self._conn), (self._checkpoints, self._checkpointer)):
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    await thread.run(conn.close)
+        if self._connect is not None:  # started, and not stopped yet
+            self._thread.stop()
+            self._checkpoints.stop()
+        self._conn = self._checkpointer = self._connect = None
 
-    async def write(self, fn: OpFn) -> Any:
+    async def write(self, fn: OpFn, *, quick: bool = False) -> Any:
         """Run ``fn`` in the next group commit; its result once that commit is durable.
+
+        ``quick=True`` promises that ``fn`` runs a few indexed statements and never blocks,
+        so its commit may run on the event loop.
 
         :raises MemoryServiceError: what ``fn`` raised (it wrote nothing), or
             :class:`UpstreamUnavailableError` when the commit failed or the writer is closed.
         """
-        if self._closed or self._conn is None:
+        loop = self._loop
+        if self._closed or loop is None or self._conn is None:
             raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
-        op = _Op(fn)
+        op = _Op(fn, quick, loop.create_future())
         self._pending.append(op)
-        if not self._committing:
-            self._committing = True
-            self._idle = anyio.Event()
-            # Shielded: the leader commits for others too, so its caller going away must
-            # not abandon a half-applied batch.
-            with anyio.CancelScope(shield=True):
-                try:
-                    while self._pending:
-                        batch = self._pending[: self.max_batch]
-                        del self._pending[: self.max_batch]
-                        await self._commit(batch)
-                finally:
-                    self._committing = False
-                    self._idle.set()
-        await op.done.wait()
+        if not (self._scheduled or self._in_flight):
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        # Cancelling the caller cancels only its wait: the op still commits with its batch.
+        await op.done
         if op.error is not None:
             raise op.error
         return op.result
 
-    async def _commit(self, batch: list[_Op]) -> None:
-        self._commit_started = time.monotonic()
-        try:
-            failure = await self._try(batch)
-            if failure is not None and len(batch) > 1:
-                # Whatever failed the group may belong to one op alone: give each its own
-                # transaction, so the others still commit.
-                failures = [await self._try([op]) for op in batch]
-                failure = failures[0] if all(failures) else None
-            if failure is None:
-                self._failing_since = None
-            else:
-                self._failure_reason = str(failure.details.get("reason", failure.code))
-                if self._failing_since is None:
-                    self._failing_since = time.monotonic()
-        finally:
-            self._commit_started = None
-            for op in batch:
-                op.done.set()
+    # -- on the event loop -------------------------------------------------------------
 
-    async def _try(self, ops: list[_Op]) -> MemoryServiceError | None:
-        """Apply ``ops`` in one transaction; on failure, give each op the error and return it."""
+    def _flush(self) -> None:
+        """Commit the next batch, here or on the writer thread."""
+        self._scheduled = False
+        if self._pending and not self._in_flight:
+            batch = self._pending[: self.max_batch]
+            del self._pending[: self.max_batch]
+            if self._may_commit_here(batch):
+                self._commit_here(batch)
+            else:
+                self._commit_off_loop(batch)
+            if self._pending and not self._in_flight:
+                # One batch per turn of the loop: requests waiting for it go first.
+                self._scheduled = True
+                assert self._loop is not None
+                self._loop.call_soon(self._flush)
+        if not (self._pending or self._scheduled or self._in_flight):
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _may_commit_here(self, batch: list[_Op]) -> bool:
+        if not self.commit_on_loop:
+            return False
+        if len(batch) > _LOOP_BATCH_MAX:
+            return False
+        if self._checkpointing:
+            # A checkpoint's fsyncs can make WAL appends wait in the kernel for milliseconds.
+            return False
+        if self._off_loop_until and time.monotonic() < self._off_loop_until:
+            return False
+        return all(op.quick for op in batch)
+
+    def _commit_here(self, batch: list[_Op]) -> None:
+        waits = _waits()
+        started = self._commit_started = time.monotonic()
+        try:
+            failure = self._commit_batch(batch, on_loop=True)
+        except _LockBusy as busy:
+            self._commit_started = None
+            self._answer(batch[: busy.index])
+            self._commit_off_loop(batch[busy.index :])
+            return
+        seconds = time.monotonic() - started
+        self._commit_started = None
+        self._settle(batch, failure)
+        # Only a commit that blocked in the kernel (on the disk) counts: one that was slow
+        # because other processes had the CPU would be no faster on the thread.
+        if seconds > _SLOW_COMMIT_S and _waits() != waits:
+            self._slow_here(seconds, started + seconds)
+
+    def _slow_here(self, seconds: float, now: float) -> None:
+        if now - self._last_slow > _SLOW_FORGOTTEN_S:
+            self._off_loop_for = _OFF_LOOP_FIRST_S
+        else:
+            self._off_loop_for = min(2 * self._off_loop_for, _OFF_LOOP_MAX_S)
+        self._last_slow = now
+        self._off_loop_until = now + self._off_loop_for
+        log.warning(
+            "slow_commit_on_loop",
+            ms=round(seconds * 1000, 1),
+            commits_off_loop_for_s=self._off_loop_for,
+        )
+
+    def _commit_off_loop(self, batch: list[_Op]) -> None:
+        assert self._loop is not None
+        self._in_flight = True
+        self._commit_started = time.monotonic()
+        self._thread.submit(
+            self._loop,
+            self._commit_batch,
+            (batch, False),
+            functools.partial(self._landed, batch),
+        )
+
+    def _landed(
+        self, batch: list[_Op], failure: MemoryServiceError | None, error: BaseException | None
+    ) -> None:
+        """A batch is back from the writer thread."""
+        self._in_flight = False
+        self._commit_started = None
+        if error is not None:  # a bug below: fail the callers, never leave them waiting
+            failure = UpstreamUnavailableError("the write failed", {"backend": "sqlite"})
+            for op in batch:
+                op.error, op.result = failure, None
+        self._settle(batch, failure)
+        if not self._scheduled:
+            self._flush()
+
+    def _settle(self, batch: list[_Op], failure: MemoryServiceError | None) -> None:
+        """Record the health outcome of a committed batch and answer its callers."""
+        if failure is None:
+            self._failing_since = None
+        else:
+            self._failure_reason = str(failure.details.get("reason", failure.code))
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+        self._answer(batch)
+        self._commits += 1
+        if self._commits % _WAL_LOOK_EVERY == 0 and not self._checkpointing:
+            self._look_at_wal()
+
+    @staticmethod
+    def _answer(ops: list[_Op]) -> None:
+        for op in ops:
+            if not op.done.done():  # done: its caller was cancelled
+                op.done.set_result(None)
+
+    def _look_at_wal(self) -> None:
+        try:
+            size = os.stat(self._wal_path).st_size
+        except OSError:
+            return
+        if size >= self._checkpoint_at and self._conn is not None:
+            assert self._loop is not None
+            self._checkpointing += 1
+            self._checkpoints.submit(self._loop, self._checkpoint_wal, (), self._checkpointed)
+
+    def _checkpointed(self, emptied: bool, error: BaseException | None) -> None:
+        self._checkpointing -= 1
+        if error is None and emptied:
+            self._checkpoint_at = self.checkpoint_bytes
+            return
+        if error is not None:
+            reason = getattr(error, "sqlite_errorname", None) or type(error).__name__
+            log.warning("checkpoint_failed", reason=reason)
+        # A reader still needs the WAL (or the checkpoint failed): try again only once the
+        # WAL has grown by another step, so writers are not held up on every look.
+        try:
+            size = os.stat(self._wal_path).st_size
+        except OSError:
+            size = 0
+        self._checkpoint_at = size + self.checkpoint_bytes
+
+    # -- on whichever thread commits ---------------------------------------------------
+
+    def _commit_batch(self, batch: list[_Op], on_loop: bool) -> MemoryServiceError | None:
+        """Commit ``batch`` in one transaction, or op by op if that fails; the error if
+        every op failed.
+
+        :raises _LockBusy: on the loop, when the write lock is taken.
+        """
+        failure = self._try(batch, 0, on_loop)
+        if failure is None or len(batch) == 1:
+            return failure
+        # Whatever failed the group may belong to one op alone: give each its own
+        # transaction, so the others still commit.
+        failures = [self._try([op], index, on_loop) for index, op in enumerate(batch)]
+        return failures[0] if all(failures) else None
+
+    def _try(self, ops: list[_Op], index: int, on_loop: bool) -> MemoryServiceError | None:
+        """Apply ``ops`` (from ``index`` of their batch) in one transaction; on failure,
+        give each op the error and return it."""
         try:
             with translate_errors():
-                await self.run(self._apply, ops)
+                try:
+                    self._apply(ops, on_loop)
+                except sqlite3.Error as exc:
+                    if on_loop and _is_busy(exc):
+                        raise _LockBusy(index) from None
+                    raise
+        except _LockBusy:
+            raise
         except MemoryServiceError as exc:
             error = exc
         except Exception:  # noqa: BLE001 - a bug: fail the callers, never leave them waiting
@@ -205,8 +465,8 @@ class GroupCommit:
             op.error, op.result = error, None
         return error
 
-    def _apply(self, batch: list[_Op]) -> None:
-        """On the writer thread: run the batch's ops in one transaction and commit it.
+    def _apply(self, batch: list[_Op], on_loop: bool) -> None:
+        """Run the batch's ops in one transaction and commit it.
 
         An op's own refusal (a :class:`MemoryServiceError`) is its result and writes
         nothing; any other failure rolls the whole transaction back and propagates. After
@@ -214,6 +474,11 @@ class GroupCommit:
         """
         conn = self._conn
         assert conn is not None
+        # The loop must never wait for a lock; the writer thread may, up to the busy timeout.
+        wait_ms = 0 if on_loop else self.busy_timeout_ms
+        if self._conn_wait_ms != wait_ms:
+            conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+            self._conn_wait_ms = wait_ms
         fault = self.before_statement
         if fault is not None:
             fault("begin")
@@ -256,6 +521,37 @@ class GroupCommit:
         for effect in txn._after_commit:
             effect()
 
+    # -- on the checkpoint thread ------------------------------------------------------
+
+    def _checkpoint_connection(self) -> sqlite3.Connection:
+        if self._checkpointer is None:
+            assert self._connect is not None
+            self._checkpointer = self._connect()
+        return self._checkpointer
+
+    def _checkpoint_wal(self) -> bool:
+        """PASSIVE, then TRUNCATE with a short busy timeout; whether the WAL was emptied."""
+        conn = self._checkpoint_connection()
+        fault = self.before_statement
+        if fault is not None:
+            fault("checkpoint")
+        _finish(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+        conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
+        try:
+            blocked = _finish(conn, "PRAGMA wal_checkpoint(TRUNCATE)")[0][0]
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        return not blocked
+
+    def _checkpoint_now(self, mode: str) -> None:
+        conn = self._checkpoint_connection()
+        fault = self.before_statement
+        if fault is not None:
+            fault("checkpoint")
+        _finish(conn, f"PRAGMA wal_checkpoint({mode})")
+
+    # -- health and maintenance --------------------------------------------------------
+
     def problems(self, stuck_after: float) -> list[str]:
         """What is wrong with writing now: ``writes_failing`` while the latest group commit
         failed for all its ops (until one succeeds), ``writer_stuck`` while a commit has
@@ -274,17 +570,24 @@ class GroupCommit:
         return self._failure_reason
 
     async def checkpoint(self, mode: Literal["PASSIVE", "TRUNCATE"]) -> None:
-        """Checkpoint the WAL. The writer thread runs whole transactions one at a time, so
-        this lands between two commits (a checkpoint cannot run inside a transaction)."""
-        conn = self._conn
-        if conn is None:
+        """Checkpoint the WAL on the checkpoint thread. PASSIVE runs beside commits;
+        TRUNCATE waits (up to the busy timeout) for the write lock and for readers to leave
+        the WAL, and commits wait for it meanwhile.
+
+        :raises MemoryServiceError: the checkpoint failed.
+        """
+        if self._conn is None:
             return
-        with anyio.CancelScope(shield=True), translate_errors():
-            await self.run(_finish, conn, f"PRAGMA wal_checkpoint({mode})")
+        self._checkpointing += 1
+        try:
+            with anyio.CancelScope(shield=True), translate_errors():
+                await self._checkpoints.run(self._checkpoint_now, mode)
+        finally:
+            self._checkpointing -= 1
 
 
 def _finish(conn: sqlite3.Connection, sql: str) -> list[Any]:
-    """Run ``sql`` to completion on this (the writer) thread.
+    """Run ``sql`` to completion on this thread.
 
     A statement left unfinished keeps its read snapshot open on the connection, and the
     next ``BEGIN IMMEDIATE`` then fails at once with SQLITE_BUSY. Handing the cursor back

@@ -1,0 +1,293 @@
+"""Where SQLite commits run, and that the event loop keeps answering whatever the writes do.
+
+With ``synchronous = NORMAL`` a put commits on the event loop; it goes to the writer thread
+when another connection holds the write lock, when commits on the loop turned slow, while a
+checkpoint runs, or when commits fsync (FULL). Checkpoints run on a thread of their own.
+The storage layer is driven directly on real SQLite files; the writer's
+``before_statement`` seam records which thread runs each statement, and makes a commit slow
+or holds it (no timing is asserted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from openwop_memory.storage import sqlite_writer
+from openwop_memory.storage.base import EntryRow, PutOutcome, PutRequest, Scope, Snapshot
+from openwop_memory.storage.sqlite import SqliteStorage
+
+pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
+
+A = Scope("tenant-a", "scope-a")
+NOW = 1_800_000_000_000_000
+DAY_US = 86_400 * 1_000_000
+
+
+def request(content: str) -> PutRequest:
+    return PutRequest(A, content, ("t1",), None, None, hashlib.sha256(content.encode()).digest())
+
+
+async def stored(store: SqliteStorage, content: str) -> EntryRow:
+    result = await store.put(request=request(content), now_us=NOW)
+    assert result.outcome is PutOutcome.STORED, result
+    assert result.entry is not None
+    return result.entry
+
+
+async def snapshot(store: SqliteStorage) -> Snapshot:
+    result = await store.begin_run(
+        run_id=f"run-{os.urandom(4).hex()}",
+        tenant=A.tenant,
+        replay=False,
+        now_us=NOW,
+        retention_cutoff_us=NOW - DAY_US,
+    )
+    assert result.run is not None
+    return result.run.snapshot
+
+
+async def read(store: SqliteStorage, snap: Snapshot, entry: EntryRow) -> EntryRow | None:
+    """A get of ``entry`` in ``snap``: answered on the loop (a point read), no write."""
+    return await store.get(scope=A, snapshot=snap, now_us=NOW, entry_id=entry.id)
+
+
+@contextlib.asynccontextmanager
+async def opened(path: Path, **kwargs: object) -> AsyncIterator[SqliteStorage]:
+    store = SqliteStorage(str(path), **kwargs)  # type: ignore[arg-type]
+    await store.open()
+    try:
+        yield store
+    finally:
+        store._writer.before_statement = None
+        await store.close()
+
+
+class Threads:
+    """A ``before_statement`` seam noting the thread of each statement, by name."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+        self.also: Callable[[str], None] | None = None
+
+    def __call__(self, name: str) -> None:
+        self.seen.append((name, threading.get_ident()))
+        if self.also is not None:
+            self.also(name)
+
+    def of(self, name: str) -> list[int]:
+        return [ident for seen, ident in self.seen if seen == name]
+
+
+@pytest.fixture
+def threads() -> Threads:
+    return Threads()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` set by another thread (no event to wait on there)."""
+    with anyio.fail_after(5):
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
+def wal_bytes(database: Path) -> int:
+    return Path(f"{database}-wal").stat().st_size
+
+
+async def test_puts_commit_on_the_loop_and_other_writes_on_the_writer_thread(
+    tmp_path: Path, threads: Threads
+) -> None:
+    loop = threading.get_ident()
+    async with opened(tmp_path / "memory.db") as store:
+        store._writer.before_statement = threads
+        entry = await stored(store, "on the loop")
+        assert threads.of("begin") == [loop]
+        threads.seen.clear()
+        await store.touch_runs(run_ids=["r1"], now_us=NOW)  # may touch many rows
+        assert threads.of("begin") == [store._writer._thread.ident]
+        assert await read(store, await snapshot(store), entry) == entry
+
+
+async def test_with_synchronous_full_every_commit_is_on_the_writer_thread(
+    tmp_path: Path, threads: Threads
+) -> None:
+    async with opened(tmp_path / "memory.db", synchronous="FULL") as store:
+        store._writer.before_statement = threads
+        entry = await stored(store, "fsynced")
+        assert threads.of("begin") == [store._writer._thread.ident]
+        assert await read(store, await snapshot(store), entry) == entry
+
+
+async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(
+    tmp_path: Path, threads: Threads
+) -> None:
+    """Another process's writer holds the lock: the put's batch meets SQLITE_BUSY on the loop
+    at once and waits on the writer thread; meanwhile the loop answers reads. Once the lock
+    is free, the put commits, exactly once."""
+    path = tmp_path / "memory.db"
+    loop = threading.get_ident()
+    async with opened(path) as store:
+        first = await stored(store, "before")
+        snap = await snapshot(store)
+        store._writer.before_statement = threads
+        blocker = sqlite3.connect(path, isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stored, store, "waited")
+                await until(lambda: store._writer._thread.ident in threads.of("begin"))
+                assert threads.of("begin")[0] == loop
+                assert await read(store, snap, first) == first
+                assert store._writer._pending == [] and store._writer._in_flight
+                blocker.execute("ROLLBACK")
+        finally:
+            blocker.close()
+        assert threads.of("commit") == [store._writer._thread.ident]
+        snap = await snapshot(store)
+        rows = await store.list(scope=A, snapshot=snap, now_us=NOW, limit=10, tag=None)
+        assert [row.content for row in rows] == ["waited", "before"]
+
+
+async def test_a_slow_commit_sends_commits_off_the_loop_for_a_while(
+    tmp_path: Path, threads: Threads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit on the loop that waits in the kernel (a slow disk; here the seam sleeps)
+    sends the next commits to the writer thread: a commit that is slow there too no longer
+    holds up reads. After the pause, commits come back to the loop."""
+    monkeypatch.setattr(sqlite_writer, "_OFF_LOOP_FIRST_S", 0.2)
+    loop = threading.get_ident()
+    held = threading.Event()
+    release = threading.Event()
+
+    def slow_disk(name: str) -> None:
+        if name != "commit":
+            return
+        if threading.get_ident() == loop:
+            release.wait(0.02)  # the loop's commit waits for the "disk"
+        else:
+            held.set()
+            release.wait(10)
+
+    async with opened(tmp_path / "memory.db") as store:
+        first = await stored(store, "first")
+        snap = await snapshot(store)
+        threads.also = slow_disk
+        store._writer.before_statement = threads
+        await stored(store, "slow on the loop")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stored, store, "slow on the thread")
+            await until(held.is_set)
+            assert await read(store, snap, first) == first  # answered while the commit hangs
+            release.set()
+        assert threads.of("commit") == [loop, store._writer._thread.ident]
+        threads.also = None
+        threads.seen.clear()
+        await anyio.sleep(0.25)
+        await stored(store, "back on the loop")
+        assert threads.of("commit") == [loop]
+
+
+async def test_checkpoints_run_on_their_own_thread_and_empty_the_wal(
+    tmp_path: Path, threads: Threads
+) -> None:
+    """Past ``checkpoint_bytes`` of WAL a checkpoint runs on neither the loop nor the
+    writer thread, and truncates the WAL; SQLite's own checkpoint (which would run inside
+    a commit on the loop) is off on the writer connection."""
+    path = tmp_path / "memory.db"
+    async with opened(path, checkpoint_bytes=64 << 10) as store:
+        writer = store._writer
+        assert writer._conn is not None
+        assert writer._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        writer.before_statement = threads
+        with anyio.fail_after(10):
+            while not threads.of("checkpoint"):
+                await stored(store, "x" * 2000)
+        await until(lambda: not writer._checkpointing)
+        [checkpointer] = threads.of("checkpoint")
+        assert checkpointer not in (threading.get_ident(), writer._thread.ident)
+        assert wal_bytes(path) < 64 << 10
+
+
+async def test_reads_and_writes_go_on_while_a_checkpoint_runs(
+    tmp_path: Path, threads: Threads
+) -> None:
+    """A checkpoint held up (on the disk, say) stalls neither reads nor writes: while it
+    runs, puts commit on the writer thread, whose WAL appends cannot stall the loop."""
+    path = tmp_path / "memory.db"
+    loop = threading.get_ident()
+    held = threading.Event()
+    release = threading.Event()
+
+    def slow_checkpoint(name: str) -> None:
+        if name == "checkpoint":
+            held.set()
+            release.wait(10)
+
+    async with opened(path, checkpoint_bytes=64 << 10) as store:
+        writer = store._writer
+        first = await stored(store, "first")
+        snap = await snapshot(store)
+        threads.also = slow_checkpoint
+        writer.before_statement = threads
+        with anyio.fail_after(10):
+            while not held.is_set():
+                await stored(store, "x" * 2000)
+        threads.seen.clear()
+        during = [await stored(store, f"during {n}") for n in range(3)]
+        assert await read(store, snap, first) == first
+        assert loop not in threads.of("commit")
+        release.set()
+        await until(lambda: not writer._checkpointing)
+        assert wal_bytes(path) == 0
+        threads.seen.clear()
+        await stored(store, "after")
+        assert threads.of("commit") == [loop]
+        snap = await snapshot(store)
+        assert [await read(store, snap, entry) for entry in during] == during
+
+
+async def test_a_reader_pinning_the_wal_holds_writes_up_only_briefly(tmp_path: Path) -> None:
+    """A long read keeps the WAL from being emptied: the checkpoint gives up after a short
+    wait instead of holding writers for the busy timeout, tries again only once the WAL has
+    grown by another step, and empties it once the reader is gone."""
+    path = tmp_path / "memory.db"
+    step = 64 << 10
+    async with opened(path, checkpoint_bytes=step) as store:
+        writer = store._writer
+        first = await stored(store, "first")
+        reader = sqlite3.connect(path, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM entries").fetchall()
+            with anyio.fail_after(3):  # each put is answered: none waits the busy timeout
+                while writer._checkpoint_at == step:
+                    await stored(store, "x" * 2000)
+                    await until(lambda: not writer._checkpointing)
+            assert wal_bytes(path) >= step  # not emptied
+        finally:
+            reader.close()
+        with anyio.fail_after(10):
+            while writer._checkpoint_at != step:
+                await stored(store, "x" * 2000)
+                await until(lambda: not writer._checkpointing)
+        assert wal_bytes(path) < step
+        assert await read(store, await snapshot(store), first) == first
+
+
+async def test_a_cancelled_caller_does_not_undo_its_write(tmp_path: Path) -> None:
+    """Cancelling a put's caller cancels its wait, not the write: the batch commits whole."""
+    async with opened(tmp_path / "memory.db") as store:
+        with anyio.move_on_after(0):
+            await stored(store, "cancelled caller")
+        await until(lambda: not store._writer._pending)
+        snap = await snapshot(store)
+        rows = await store.list(scope=A, snapshot=snap, now_us=NOW, limit=10, tag=None)
+        assert [row.content for row in rows] == ["cancelled caller"]
