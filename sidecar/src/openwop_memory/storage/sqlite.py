@@ -6,7 +6,7 @@ beside the writer.
 
 Writes go through group commit (:mod:`.sqlite_writer`): puts, deletes and run begins commit
 on the event loop when ``synchronous`` is NORMAL (no fsync per commit), anything else on the
-writer thread, which also checkpoints the WAL.
+writer thread; a thread of its own checkpoints the WAL.
 
 Point reads (an entry by id, a run by id) go the other way: by default they run inline on
 the event loop, on a read-only connection that never waits for a lock. A hand-off to a
@@ -207,7 +207,7 @@ class SqliteStorage:
             for pragma in self._pragmas():
                 conn.execute(pragma)
             # SQLite's own checkpoint would run inside a commit, possibly on the loop; the
-            # writer thread checkpoints instead (see sqlite_writer).
+            # checkpoint thread checkpoints instead (see sqlite_writer).
             conn.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException:
             conn.close()
