@@ -26,6 +26,7 @@ from openwop_memory.storage.sqlite_writer import Txn
 from openwop_memory_client import UpstreamUnavailableError
 from support.protocol import begin, put
 from support.sidecar import Sidecar
+from support.sqlite_store import opened
 
 pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
 
@@ -62,16 +63,6 @@ async def contents(store: SqliteStorage, scope: Scope) -> list[str]:
     snap = await snapshot(store, f"reader-{os.urandom(4).hex()}", scope.tenant)
     rows = await store.list(scope=scope, snapshot=snap, now_us=NOW, limit=100, tag=None)
     return [row.content for row in rows]
-
-
-@contextlib.asynccontextmanager
-async def opened(path: Path, **kwargs: object) -> AsyncIterator[SqliteStorage]:
-    store = SqliteStorage(str(path), **kwargs)  # type: ignore[arg-type]
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 @pytest.fixture

@@ -10,12 +10,11 @@ or holds it (no timing is asserted).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -23,6 +22,7 @@ import pytest
 from openwop_memory.storage import sqlite_writer
 from openwop_memory.storage.base import EntryRow, PutOutcome, PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
+from support.sqlite_store import opened
 
 pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
 
@@ -57,17 +57,6 @@ async def snapshot(store: SqliteStorage) -> Snapshot:
 async def read(store: SqliteStorage, snap: Snapshot, entry: EntryRow) -> EntryRow | None:
     """A get of ``entry`` in ``snap``: answered on the loop (a point read), no write."""
     return await store.get(scope=A, snapshot=snap, now_us=NOW, entry_id=entry.id)
-
-
-@contextlib.asynccontextmanager
-async def opened(path: Path, **kwargs: object) -> AsyncIterator[SqliteStorage]:
-    store = SqliteStorage(str(path), **kwargs)  # type: ignore[arg-type]
-    await store.open()
-    try:
-        yield store
-    finally:
-        store._writer.before_statement = None
-        await store.close()
 
 
 class Threads:
