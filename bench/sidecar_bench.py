@@ -479,16 +479,20 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
                 "run.begin", {"runId": WRITER_RUN, "tenant": TENANT, "secrets": SECRETS}
             )
 
-        async with asyncio.timeout(config.phase_timeout):
-            stored, load_seconds = await pipelined(
+        async def load_puts(count: int, phase: str) -> tuple[list[Any], float]:
+            """``count`` pipelined puts into the workload's scope (the load's shape)."""
+            return await pipelined(
                 sidecar.socket_path,
                 work.put(),
-                count=config.entries,
+                count=count,
                 connections=config.load_connections,
                 window=config.load_window,
-                phase="load",
+                phase=phase,
                 errors=errors,
             )
+
+        async with asyncio.timeout(config.phase_timeout):
+            stored, load_seconds = await load_puts(config.entries, "load")
         server.check_alive()
         clock.lap("load")
         work.ids = [entry["id"] for entry in stored]
@@ -627,15 +631,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
             if sidecar.database_path is not None:
 
                 async def fill() -> None:
-                    await pipelined(
-                        sidecar.socket_path,
-                        work.put(),
-                        count=config.checkpoint_fill,
-                        connections=config.load_connections,
-                        window=config.load_window,
-                        phase="checkpoint fill",
-                        errors=errors,
-                    )
+                    await load_puts(config.checkpoint_fill, "checkpoint fill")
 
                 async with asyncio.timeout(config.phase_timeout):
                     forced = await checkpoint_latencies(
