@@ -178,7 +178,12 @@ class Server:
                 await tg.start(self._watch_signals)
                 if self.secrets_directory is not None:
                     tg.start_soon(self.secrets_directory.watch, self.settings.secrets_poll_interval)
-                tg.start_soon(Sweeper(self.service, self.settings).run)
+                sweeper = Sweeper(
+                    self.service,
+                    interval=self.settings.sweep_interval,
+                    batch=self.settings.sweep_batch,
+                )
+                tg.start_soon(sweeper.run)
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(self._accept, listener, conns)
                     _sd_notify("READY=1")

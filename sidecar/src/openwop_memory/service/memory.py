@@ -39,7 +39,7 @@ from openwop_memory_client.wire import (
 )
 
 from .. import __version__
-from ..domain import retention_cutoff_us
+from ..domain import SweepHorizons, retention_cutoff_us
 from ..redaction import EMPTY_KEYRING, Finding, Keyring, Redacted, redact_entry
 from ..storage.base import (
     BeginOutcome,
@@ -51,6 +51,7 @@ from ..storage.base import (
     Scope,
     Snapshot,
     Storage,
+    SweepCounts,
 )
 from ..timefmt import MAX_WIRE_US, format_us, parse_rfc3339
 from .keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
@@ -265,6 +266,16 @@ class MemoryService:
             )
         return handle
 
+    async def tenant_of_run(self, run_id: str) -> str | None:
+        """The tenant of the run, whether it is open here or only persisted (within the
+        replay retention); None for a run that does not exist."""
+        handle = self.runs.get(run_id)
+        if handle is not None:
+            return handle.tenant
+        cutoff = retention_cutoff_us(self.storage.clock_us(), self.config.replay_retention_us)
+        record = await self.storage.find_run(run_id=run_id, retention_cutoff_us=cutoff)
+        return None if record is None else record.tenant
+
     async def _snapshot(self, run_id: str) -> tuple[str, Snapshot]:
         """The run's (tenant, snapshot) whether it is open here or only persisted."""
         handle = self.runs.get(run_id)
@@ -478,6 +489,32 @@ class MemoryService:
             "uptimeSeconds": round(time.monotonic() - self.started, 3),
             "storage": storage,
         }
+
+    async def sweep(self, batch_size: int) -> SweepCounts:
+        """Keep this process's open runs retained (touch them), then remove what expired or
+        is past the replay retention, ``batch_size`` rows a statement (see
+        :meth:`~openwop_memory.storage.base.Storage.sweep`). Counted in ``sidecar.stats``.
+
+        :raises Exception: whatever storage raised; counted as a failed sweep.
+        """
+        stats = self.stats
+        try:
+            storage = self.storage
+            now = storage.clock_us()
+            await storage.touch_runs(run_ids=self.runs.run_ids(), now_us=now)
+            counts = await storage.sweep(
+                horizons=SweepHorizons.at(now, self.config.replay_retention_us),
+                batch_size=batch_size,
+            )
+        except Exception:
+            stats.sweep_failures += 1
+            raise
+        stats.sweeps += 1
+        stats.entries_swept += counts.expired_entries
+        stats.tombstones_purged += counts.purged_tombstones
+        if counts.errors:
+            stats.sweep_failures += 1
+        return counts
 
     def stats_snapshot(self) -> dict[str, Any]:
         gauges = KeyringGauges(self.keyring_budget.held, len(self.host_keyrings), self.runs.evicted)

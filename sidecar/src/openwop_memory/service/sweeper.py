@@ -1,9 +1,10 @@
 """The periodic sweeper: keeps open runs retained, removes what expired, bounds the WAL.
 
-Each pass touches this process's open runs (so their snapshots outlive retention while
-in use), then asks storage to delete expired entries and purge tombstones, run records
-and idempotency keys past retention, in small batches so writers never stall. A failing
-pass is logged and counted; the next one runs on schedule.
+Each pass is :meth:`MemoryService.sweep <.memory.MemoryService.sweep>`: it touches this
+process's open runs (so their snapshots outlive retention while in use), then asks storage
+to delete expired entries and purge tombstones, run records and idempotency keys past
+retention, in small batches so writers never stall. A failing pass is logged (and counted
+by the service); the next one runs on schedule.
 """
 
 from __future__ import annotations
@@ -11,19 +12,18 @@ from __future__ import annotations
 import anyio
 import structlog
 
-from ..config import Settings
-from ..domain import SweepHorizons
 from .memory import MemoryService
 
 log = structlog.get_logger("openwop_memory.sweeper")
 
 
 class Sweeper:
-    def __init__(self, service: MemoryService, settings: Settings) -> None:
+    """Sweeps ``service`` every ``interval`` seconds, ``batch`` rows a statement."""
+
+    def __init__(self, service: MemoryService, *, interval: float, batch: int) -> None:
         self.service = service
-        self.interval = settings.sweep_interval
-        self.batch = settings.sweep_batch
-        self.retention_us = int(settings.replay_retention * 1_000_000)
+        self.interval = interval
+        self.batch = batch
 
     async def run(self) -> None:
         """Sweep every ``interval`` seconds until cancelled. Never raises otherwise."""
@@ -32,25 +32,15 @@ class Sweeper:
             await self.sweep_once()
 
     async def sweep_once(self) -> None:
-        stats = self.service.stats
+        """One pass, logged as ``sweep`` (or ``sweep_failed``). Never raises but for
+        cancellation."""
         try:
-            storage = self.service.storage
-            now = storage.clock_us()
-            await storage.touch_runs(run_ids=self.service.runs.run_ids(), now_us=now)
-            counts = await storage.sweep(
-                horizons=SweepHorizons.at(now, self.retention_us), batch_size=self.batch
-            )
+            counts = await self.service.sweep(self.batch)
         except Exception as exc:  # noqa: BLE001 - the sweeper outlives its own failures
-            stats.sweep_failures += 1
             log.error(
                 "sweep_failed", error_type=type(exc).__name__, reason=getattr(exc, "code", None)
             )
             return
-        stats.sweeps += 1
-        stats.entries_swept += counts.expired_entries
-        stats.tombstones_purged += counts.purged_tombstones
-        if counts.errors:
-            stats.sweep_failures += 1
         log.info(
             "sweep",
             expired_entries=counts.expired_entries,

@@ -46,7 +46,6 @@ from openwop_memory_client.wire import (
     RunEndParams,
 )
 
-from ..domain import retention_cutoff_us
 from ..service.memory import MemoryService
 from .access_log import AccessLog
 from .binding import permits
@@ -245,16 +244,9 @@ class Dispatcher:
             if run_tenant is not None and not permits(tenants, run_tenant):
                 raise ForbiddenError("this process may not use that run", {"resource": "run"})
 
-    async def _tenant_of_run(self, run_id: str) -> str | None:
-        # Through the service's public parts: the run open here, else its stored snapshot.
-        handle = self.service.runs.get(run_id)
-        if handle is not None:
-            return handle.tenant
-        cutoff = retention_cutoff_us(
-            self.service.storage.clock_us(), self.service.config.replay_retention_us
-        )
-        record = await self.service.storage.find_run(run_id=run_id, retention_cutoff_us=cutoff)
-        return None if record is None else record.tenant
+    def _tenant_of_run(self, run_id: str) -> Awaitable[str | None]:
+        # The service's coroutine itself, not one more wrapped around it.
+        return self.service.tenant_of_run(run_id)
 
     @staticmethod
     def at_capacity(retry_after_ms: int) -> bytes:
