@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from openwop_memory.wire.jsonrpc_parts import (
@@ -47,11 +48,18 @@ def _modules_after(code: str) -> set[str]:
     return set(ast.literal_eval(done.stdout.splitlines()[-1]))
 
 
-def test_serving_imports_nothing_only_other_paths_need() -> None:
+def test_serving_imports_nothing_only_other_paths_need(tmp_path: Path) -> None:
+    """What the server imports, plus what opening its components on a SQLite file adds."""
     loaded = _modules_after(
+        "import anyio\n"
         "from openwop_memory import cli, logs, server\n"
+        "from openwop_memory.app import open_app\n"
         "from openwop_memory.config import Settings\n"
-        "server.make_storage(Settings())\n"
+        f"settings = Settings(database='sqlite:///{tmp_path}/memory.db')\n"
+        "async def start():\n"
+        "    async with await open_app(settings):\n"
+        "        pass\n"
+        "anyio.run(start)\n"
     )
     assert "openwop_memory.storage.sqlite" in loaded  # the probe did reach the server stack
     assert "openwop_memory.wire.jsonrpc_parts" in loaded

@@ -17,8 +17,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from openwop_memory.service.memory import MemoryService, ServiceConfig
-from openwop_memory.service.refs import RefCodec
+from openwop_memory.app import open_app
+from openwop_memory.config import Settings
 from openwop_memory.wire.dispatch import Dispatcher
 from support.backends import selected
 from support.schemas import check_entry, check_envelope
@@ -74,18 +74,13 @@ requests = st.fixed_dictionaries(
 
 @pytest.fixture
 async def dispatcher(tmp_path: Path) -> AsyncIterator[Dispatcher]:
-    storage = selected().storage(tmp_path / "fuzz.db")
-    await storage.open()
-    try:
-        service = MemoryService(storage, RefCodec(await storage.ref_key()), ServiceConfig())
-        dispatcher = Dispatcher(service)
+    settings = Settings.model_validate({"database": selected().url_for(tmp_path / "fuzz.db")})
+    async with await open_app(settings) as app:
         # One open run, so that memory.* requests naming it get past the run lookup.
-        await dispatcher.handle_line(
+        await app.dispatcher.handle_line(
             b'{"jsonrpc":"2.0","id":0,"method":"run.begin","params":{"runId":"r","tenant":"t"}}'
         )
-        yield dispatcher
-    finally:
-        await storage.close()
+        yield app.dispatcher
 
 
 def check_answer(answer: Any, request: Any) -> None:

@@ -61,6 +61,7 @@ def _serve_main(argv: list[str]) -> int:
     import anyio
     import structlog
 
+    from . import server
     from .config import (
         DEPRECATED,
         ConfigError,
@@ -69,8 +70,8 @@ def _serve_main(argv: list[str]) -> int:
         load_settings,
         setting_fields,
     )
+    from .errors import StartupError
     from .logs import configure_logging
-    from .server import Server, StartupError
 
     parser = argparse.ArgumentParser(prog="openwop-memory", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=__version__)
@@ -115,7 +116,7 @@ def _serve_main(argv: list[str]) -> int:
         )
     try:
         # uvloop: about a third less CPU per request than the stock loop, measured.
-        anyio.run(Server(settings).serve, backend="asyncio", backend_options={"use_uvloop": True})
+        anyio.run(server.serve, settings, backend="asyncio", backend_options={"use_uvloop": True})
     except StartupError as exc:
         print(f"openwop-memory: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""Process lifecycle: ``Server.serve`` → startup → accept loop → graceful shutdown.
+"""Process lifecycle: :func:`serve` → startup → accept loop → graceful shutdown.
 
 Startup refuses a socket path where a live sidecar answers and replaces a stale socket
 file. The first SIGTERM or SIGINT stops accepting, lets requests already read finish
@@ -9,6 +9,9 @@ returns normally (exit 0); a second signal exits at once. SIGHUP re-reads ``secr
 The accept loop survives running out of file descriptors (it backs off and tries again;
 open connections go on being served) and answers a connection beyond ``max_connections``
 with one ``rate_limited`` line before closing it.
+
+The components that answer requests are built by :func:`~.app.open_app`; this module only
+runs the process around them.
 """
 
 from __future__ import annotations
@@ -24,29 +27,18 @@ import signal
 import socket
 import stat
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 import structlog
 
 from . import __version__, gcpolicy
+from .app import App, open_app
 from .config import Settings
-from .service.memory import MemoryService, ServiceConfig
-from .service.refs import RefCodec
-from .service.sweeper import Sweeper
-from .storage.base import Storage, StorageStartupError
-from .storage.registry import create_storage
-from .wire.access_log import AccessLog
+from .errors import StartupError
 from .wire.binding import TenantBinding, peer_of
-from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
-
-if TYPE_CHECKING:
-    # Imported when secrets_dir is set (see _load_secrets_directory): most sidecars have none.
-    from .service.secrets_directory import SecretsDirectory
 
 log = structlog.get_logger("openwop_memory.server")
 
@@ -61,19 +53,45 @@ _RESERVED_DESCRIPTORS = 64
 REFUSAL_RETRY_AFTER_MS = 250
 
 
-class StartupError(Exception):
-    """The sidecar cannot start; the message says why (and touches nothing it should not)."""
+async def serve(settings: Settings) -> None:
+    """Start a sidecar with ``settings`` and serve until a stop is requested, then shut down
+    gracefully (see the module's docstring).
 
+    The socket path is checked before anything else is touched; the components are opened
+    next, and the listener last.
 
-def make_storage(settings: Settings) -> Storage:
-    """The storage backend named by ``settings.database``.
-
-    :raises StartupError: the URL names a backend this build does not have.
+    :raises StartupError: the sidecar could not start (nothing was left behind).
     """
+    if settings.max_request_bytes <= 2 * settings.max_entry_size_bytes:
+        log.warning(
+            "request_cap_below_entry_size",
+            hint="max_request_bytes should exceed twice max_entry_size_bytes, or large "
+            "entries are refused as oversized lines rather than as too-large entries",
+        )
+    check_socket_path(settings.socket)
+    _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
+    app = await open_app(settings)
     try:
-        return create_storage(settings)
-    except StorageStartupError as exc:
-        raise StartupError(str(exc)) from None
+        listener = await _listen(settings)
+    except BaseException:
+        await app.aclose()
+        raise
+    await Server(settings, app).run(listener)
+
+
+async def _listen(settings: Settings) -> anyio.abc.SocketListener:
+    """The listening socket at ``settings.socket``, created with ``socket_mode``.
+
+    :raises StartupError: the socket cannot be created there.
+    """
+    directory = os.path.dirname(os.path.abspath(settings.socket))  # noqa: ASYNC240
+    try:
+        os.makedirs(directory, exist_ok=True)
+        # No moment where the socket exists with wider permissions than configured.
+        with _umask(0o777 & ~settings.socket_mode):
+            return await anyio.create_unix_listener(settings.socket, mode=settings.socket_mode)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
 
 
 def check_socket_path(path: str) -> None:
@@ -144,12 +162,15 @@ def _raise_descriptor_limit(wanted: int) -> None:
 
 
 class Server:
-    def __init__(self, settings: Settings) -> None:
+    """One sidecar process serving ``app`` on a listener: signals, the accept loop, the
+    connections, the drain and the cleanup. It owns ``app`` once :meth:`run` starts and
+    closes it on the way out."""
+
+    def __init__(self, settings: Settings, app: App) -> None:
         self.settings = settings
-        self.storage: Storage | None = None
-        self.service: MemoryService | None = None
-        self.secrets_directory: SecretsDirectory | None = None
-        self.dispatcher: Dispatcher | None = None
+        self.app = app
+        self.dispatcher = app.dispatcher
+        self.connection_stats = app.stats.connections
         self._stop = anyio.Event()
         self._drain_deadline = math.inf
         self._connections: set[Connection] = set()
@@ -165,25 +186,17 @@ class Server:
             self._drain_deadline = anyio.current_time() + self.settings.drain_timeout
         self._stop.set()
 
-    async def serve(self) -> None:
-        """Run until a stop is requested, then shut down gracefully.
-
-        :raises StartupError: the sidecar could not start (nothing was left behind).
-        """
-        listener = await self._startup()
-        assert self.service is not None
+    async def run(self, listener: anyio.abc.SocketListener) -> None:
+        """Serve on ``listener`` until a stop is requested, then shut down gracefully: close
+        the app (flushing the storage), remove the socket, log ``stopped``."""
         gcpolicy.settle_after_startup()
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
-                if self.secrets_directory is not None:
-                    tg.start_soon(self.secrets_directory.watch, self.settings.secrets_poll_interval)
-                sweeper = Sweeper(
-                    self.service,
-                    interval=self.settings.sweep_interval,
-                    batch=self.settings.sweep_batch,
-                )
-                tg.start_soon(sweeper.run)
+                secrets_directory = self.app.secrets_directory
+                if secrets_directory is not None:
+                    tg.start_soon(secrets_directory.watch, self.settings.secrets_poll_interval)
+                tg.start_soon(self.app.sweeper.run)
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(self._accept, listener, conns)
                     _sd_notify("READY=1")
@@ -197,77 +210,8 @@ class Server:
             with anyio.CancelScope(shield=True):
                 await self._cleanup()
 
-    async def _startup(self) -> anyio.abc.SocketListener:
-        settings = self.settings
-        if settings.max_request_bytes <= 2 * settings.max_entry_size_bytes:
-            log.warning(
-                "request_cap_below_entry_size",
-                hint="max_request_bytes should exceed twice max_entry_size_bytes, or large "
-                "entries are refused as oversized lines rather than as too-large entries",
-            )
-        check_socket_path(settings.socket)
-        _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
-        self.secrets_directory = await self._load_secrets_directory()
-        self.storage = make_storage(settings)
-        try:
-            await self.storage.open()
-            refs = RefCodec(await self.storage.ref_key())
-        except StorageStartupError as exc:
-            raise StartupError(str(exc)) from None
-        self.service = MemoryService(
-            self.storage,
-            refs,
-            ServiceConfig(
-                redaction=settings.redaction,
-                credential_patterns=settings.credential_patterns,
-                max_entry_size_bytes=settings.max_entry_size_bytes,
-                replay_retention_us=int(settings.replay_retention * 1_000_000),
-                max_open_runs=settings.max_open_runs,
-                max_run_secret_bytes=settings.max_run_secret_bytes,
-                max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
-            ),
-            host_secrets=self.secrets_directory,
-        )
-        self.dispatcher = Dispatcher(
-            self.service,
-            max_inflight=settings.max_inflight,
-            max_request_bytes=settings.max_request_bytes,
-            access_log=AccessLog(
-                every_request=settings.access_log, slow_after=settings.slow_request_threshold
-            ),
-        )
-        directory = os.path.dirname(os.path.abspath(settings.socket))  # noqa: ASYNC240
-        try:
-            os.makedirs(directory, exist_ok=True)
-            # No moment where the socket exists with wider permissions than configured.
-            with _umask(0o777 & ~settings.socket_mode):
-                return await anyio.create_unix_listener(settings.socket, mode=settings.socket_mode)
-        except OSError as exc:
-            await self.storage.close()
-            raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
-
-    async def _load_secrets_directory(self) -> SecretsDirectory | None:
-        """The secrets of ``secrets_dir``, read once so that the first put already sees it;
-        None when the setting is not set. A missing directory loads empty (with a warning).
-
-        :raises StartupError: the directory exists but cannot be listed.
-        """
-        if self.settings.secrets_dir is None:
-            return None
-        from .service.secrets_directory import SecretsDirectory
-
-        directory = SecretsDirectory(Path(self.settings.secrets_dir))
-        try:
-            await anyio.to_thread.run_sync(directory.reload)
-        except OSError as exc:
-            raise StartupError(
-                f"cannot read secrets_dir {self.settings.secrets_dir}: {exc.strerror}"
-            ) from None
-        return directory
-
     async def _accept(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
-        assert self.service is not None
-        stats = self.service.stats.connections
+        stats = self.connection_stats
         backoff = 0.0
         failures = 0  # of the current episode without descriptors
         with contextlib.suppress(anyio.ClosedResourceError):
@@ -303,9 +247,7 @@ class Server:
     async def _refuse(self, stream: anyio.abc.SocketStream) -> None:
         """Answer one ``rate_limited`` line (``id: null``) on a connection beyond
         ``max_connections`` and close it, without reading anything from it."""
-        assert self.service is not None
-        assert self.dispatcher is not None
-        stats = self.service.stats.connections
+        stats = self.connection_stats
         stats.refused += 1
         if not self._refusing:
             self._refusing = True  # one line per episode: a storm must not flood the log
@@ -318,11 +260,9 @@ class Server:
         await stream.aclose()
 
     async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
-        assert self.dispatcher is not None
-        assert self.service is not None
         dispatcher = self.dispatcher
         settings = self.settings
-        stats = self.service.stats.connections
+        stats = self.connection_stats
         try:
             # See wire/framing.py for why the connection's I/O is an asyncio stream.
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
@@ -416,14 +356,14 @@ class Server:
         self.request_stop()
 
     async def _reload_host_secrets(self) -> None:
-        if self.secrets_directory is None:
+        secrets_directory = self.app.secrets_directory
+        if secrets_directory is None:
             log.info("signal_ignored", signal="SIGHUP", reason="secrets_dir is not set")
             return
-        await self.secrets_directory.reload_now("sighup")
+        await secrets_directory.reload_now("sighup")
 
     async def _cleanup(self) -> None:
-        if self.storage is not None:
-            await self.storage.close()
+        await self.app.aclose()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.settings.socket)
         log.info("stopped")

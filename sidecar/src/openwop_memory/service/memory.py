@@ -138,6 +138,7 @@ class MemoryService:
         refs: RefCodec,
         config: ServiceConfig,
         host_secrets: HostSecrets | None = None,
+        stats: Stats | None = None,
     ) -> None:
         self.storage = storage
         self.host_secrets = host_secrets
@@ -147,7 +148,7 @@ class MemoryService:
         self.compiler = KeyringCompiler(self.keyring_budget)
         self.host_keyrings = HostKeyringCache(self.compiler)
         self.runs = RunRegistry(config.max_open_runs, self.keyring_budget)
-        self.stats = Stats()
+        self.stats = Stats() if stats is None else stats
         self.started = time.monotonic()
 
     # -- host ----------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""The sidecar's components, built from :class:`~.config.Settings` in one place.
+
+:func:`open_app` makes and opens everything a sidecar serves requests with: the secrets
+directory (only when ``secrets_dir`` is set), the storage backend the database URL names,
+the memoryRef codec over the database's key, the memory service, the dispatcher with its
+access log, and the sweeper. The server runs a process around them (socket, signals,
+connections, shutdown); tests that drive the service in process use the same function, so
+what they test is what the server serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.to_thread
+
+from .config import Settings
+from .errors import StartupError
+from .service.memory import MemoryService, ServiceConfig
+from .service.refs import RefCodec
+from .service.stats import Stats
+from .service.sweeper import Sweeper
+from .storage.base import Storage, StorageStartupError
+from .storage.registry import create_storage
+from .wire.access_log import AccessLog
+from .wire.dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    # Imported when secrets_dir is set (see _load_secrets_directory): most sidecars have none.
+    from .service.secrets_directory import SecretsDirectory
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    """An opened sidecar's components. Close it (:meth:`aclose`, or ``async with``) to
+    flush and close the storage; nothing else holds a resource.
+
+    ``stats`` is the service's counters, which the wire layer also counts connections in.
+    ``secrets_directory`` is None when ``secrets_dir`` is not set; otherwise it is loaded,
+    and the server watches it (and reloads it on SIGHUP).
+    """
+
+    storage: Storage
+    service: MemoryService
+    dispatcher: Dispatcher
+    sweeper: Sweeper
+    secrets_directory: SecretsDirectory | None
+    stats: Stats
+
+    async def aclose(self) -> None:
+        """Flush pending writes and close the storage, even in a cancelled scope. Idempotent."""
+        with anyio.CancelScope(shield=True):
+            await self.storage.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def open_app(settings: Settings) -> App:
+    """Build and open every component ``settings`` describe; ``async with await
+    open_app(settings) as app:`` closes it again.
+
+    If a step fails, what the earlier ones opened is closed before the error propagates.
+
+    :raises StartupError: ``secrets_dir`` cannot be listed, no backend serves the database
+        URL, or the database cannot be used (see
+        :meth:`~openwop_memory.storage.base.Storage.open`).
+    """
+    secrets_directory = await _load_secrets_directory(settings)
+    storage = _create_storage(settings)
+    try:
+        await storage.open()
+    except StorageStartupError as exc:
+        raise StartupError(str(exc)) from None
+    try:
+        refs = RefCodec(await storage.ref_key())
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await storage.close()
+        if isinstance(exc, StorageStartupError):
+            raise StartupError(str(exc)) from None
+        raise
+    stats = Stats()
+    service = MemoryService(
+        storage,
+        refs,
+        ServiceConfig(
+            redaction=settings.redaction,
+            credential_patterns=settings.credential_patterns,
+            max_entry_size_bytes=settings.max_entry_size_bytes,
+            replay_retention_us=int(settings.replay_retention * 1_000_000),
+            max_open_runs=settings.max_open_runs,
+            max_run_secret_bytes=settings.max_run_secret_bytes,
+            max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
+        ),
+        host_secrets=secrets_directory,
+        stats=stats,
+    )
+    dispatcher = Dispatcher(
+        service,
+        max_inflight=settings.max_inflight,
+        max_request_bytes=settings.max_request_bytes,
+        access_log=AccessLog(
+            every_request=settings.access_log, slow_after=settings.slow_request_threshold
+        ),
+    )
+    sweeper = Sweeper(service, interval=settings.sweep_interval, batch=settings.sweep_batch)
+    return App(storage, service, dispatcher, sweeper, secrets_directory, stats)
+
+
+def _create_storage(settings: Settings) -> Storage:
+    """The (unopened) storage backend named by ``settings.database``.
+
+    :raises StartupError: the URL names a backend this build does not have.
+    """
+    try:
+        return create_storage(settings)
+    except StorageStartupError as exc:
+        raise StartupError(str(exc)) from None
+
+
+async def _load_secrets_directory(settings: Settings) -> SecretsDirectory | None:
+    """The secrets of ``secrets_dir``, read once so that the first put already sees them;
+    None when the setting is not set. A missing directory loads empty (with a warning).
+
+    :raises StartupError: the directory exists but cannot be listed.
+    """
+    if settings.secrets_dir is None:
+        return None
+    from .service.secrets_directory import SecretsDirectory
+
+    directory = SecretsDirectory(Path(settings.secrets_dir))
+    try:
+        await anyio.to_thread.run_sync(directory.reload)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot read secrets_dir {settings.secrets_dir}: {exc.strerror}"
+        ) from None
+    return directory
