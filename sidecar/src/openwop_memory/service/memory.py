@@ -191,13 +191,13 @@ class MemoryService:
             handle = self._runs.get(params.runId)  # another begin of the same run may have raced
             if handle is None or handle.snapshot != record.snapshot:
                 handle = RunHandle(
-                    record.run_id,
-                    record.tenant,
-                    record.snapshot,
-                    record.snapshot_us,
-                    values,
-                    keyring,
-                    generation,
+                    run_id=record.run_id,
+                    tenant=record.tenant,
+                    snapshot=record.snapshot,
+                    snapshot_us=record.snapshot_us,
+                    values=values,
+                    keyring=keyring,
+                    generation=generation,
                 )
                 self._runs.add(handle)
                 if keyring is not None:

@@ -103,22 +103,28 @@ REFUSED: dict[BeginOutcome, BeginResult] = {
 }
 
 
+class FoundRun(NamedTuple):
+    """What :func:`classify_run` needs of a run's stored row."""
+
+    tenant: str
+    has_snapshot: bool  # False: a run marker, its snapshot past retention
+    touched_us: int
+
+
 def classify_run(
-    found: tuple[str, bool, int] | None, *, tenant: str, replay: bool, retention_cutoff_us: int
+    found: FoundRun | None, *, tenant: str, replay: bool, retention_cutoff_us: int
 ) -> BeginOutcome:
     """What :meth:`Storage.begin_run` does with the run it found, the one rule every backend
-    applies: ``found`` is the run's (tenant, whether it has a snapshot, touched_us), or
-    ``None`` for a run never begun.
+    applies: ``found`` is the run's stored row, or ``None`` for a run never begun.
 
     RESUMED: keep the snapshot (touch it). CREATED: take a fresh snapshot (a new run, or one
     past retention without ``replay``). The others write nothing.
     """
     if found is None:
         return BeginOutcome.UNKNOWN_RUN if replay else BeginOutcome.CREATED
-    owner, has_snapshot, touched_us = found
-    if owner != tenant:
+    if found.tenant != tenant:
         return BeginOutcome.OTHER_TENANT
-    if has_snapshot and touched_us > retention_cutoff_us:
+    if found.has_snapshot and found.touched_us > retention_cutoff_us:
         return BeginOutcome.RESUMED
     return BeginOutcome.RETENTION_EXPIRED if replay else BeginOutcome.CREATED
 

@@ -43,6 +43,7 @@ from .base import (
     BeginOutcome,
     BeginResult,
     EntryRow,
+    FoundRun,
     PutOutcome,
     PutRequest,
     PutResult,
@@ -293,7 +294,10 @@ class PostgresqlStorage:
                     " WHERE run_id = $1 FOR UPDATE",
                     run_id,
                 )
-                found = None if row is None else (row[0], row[1] is not None, row[3])
+                found = None
+                if row is not None:
+                    has_snapshot = row["snapshot_seq"] is not None
+                    found = FoundRun(row["tenant"], has_snapshot, row["touched_us"])
                 outcome = classify_run(
                     found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
                 )
@@ -302,7 +306,8 @@ class PostgresqlStorage:
                     await conn.execute(
                         "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
                     )
-                    run = RunRecord(run_id, tenant, Snapshot(row[1]), row[2])
+                    snapshot = Snapshot(row["snapshot_seq"])
+                    run = RunRecord(run_id, tenant, snapshot, row["snapshot_us"])
                     return BeginResult(outcome, run)
                 if outcome is not BeginOutcome.CREATED:
                     return REFUSED[outcome]

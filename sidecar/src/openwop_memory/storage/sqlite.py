@@ -48,6 +48,7 @@ from .base import (
     BeginOutcome,
     BeginResult,
     EntryRow,
+    FoundRun,
     PutOutcome,
     PutRequest,
     PutResult,
@@ -62,7 +63,7 @@ from .base import (
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
-from .sqlite_writer import WAL_CHECKPOINT_BYTES, GroupCommit, OpFn, Txn
+from .sqlite_writer import WAL_CHECKPOINT_BYTES, EntryInsert, GroupCommit, KeyInsert, OpFn, Txn
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -88,9 +89,9 @@ async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list
 
 
 def _row(r: Any) -> EntryRow:
-    return EntryRow(
-        id=r[0], content=r[1], tags=tuple(orjson.loads(r[2])), created_us=r[3], expires_us=r[4]
-    )
+    """An entry from a row of :data:`_ENTRY_COLUMNS`."""
+    entry_id, content, tags_json, created_us, expires_us = r
+    return EntryRow(entry_id, content, tuple(orjson.loads(tags_json)), created_us, expires_us)
 
 
 class SqliteStorage:
@@ -344,17 +345,19 @@ class SqliteStorage:
                 "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
                 (run_id,),
             ).fetchall()
-            row = rows[0] if rows else None
-            found = None if row is None else (row[0], row[1] is not None, row[3])
+            found = None
+            if rows:
+                owner, snapshot_seq, snapshot_us, touched_us = rows[0]
+                found = FoundRun(owner, snapshot_seq is not None, touched_us)
             outcome = classify_run(
                 found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
             )
-            if outcome is BeginOutcome.RESUMED:
-                assert row is not None
+            if outcome is BeginOutcome.RESUMED:  # so a row was found, and unpacked above
                 txn.conn.execute(
                     "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
                 )
-                return BeginResult(outcome, RunRecord(run_id, tenant, Snapshot(row[1]), row[2]))
+                snapshot = Snapshot(snapshot_seq)
+                return BeginResult(outcome, RunRecord(run_id, tenant, snapshot, snapshot_us))
             if outcome is not BeginOutcome.CREATED:
                 return REFUSED[outcome]
             # Taken from the clock, so every entry inside the snapshot has createdAt <=
@@ -406,7 +409,7 @@ class SqliteStorage:
                 expires_us=request.expires_us,
             )
             txn.entries.append(
-                (
+                EntryInsert(
                     seq,
                     row.id,
                     scope_pk,
@@ -418,7 +421,7 @@ class SqliteStorage:
             )
             txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
             if key is not None:
-                txn.keys.append((scope_pk, key, request.digest, seq, now_us))
+                txn.keys.append(KeyInsert(scope_pk, key, request.digest, seq, now_us))
             return PutResult(PutOutcome.STORED, row)
 
         result: PutResult = await self._writer.write(op, quick=True)
@@ -426,10 +429,11 @@ class SqliteStorage:
 
     def _keyed_entry(self, txn: Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
         # Keys written earlier in this same (uncommitted) batch are still in txn.keys.
-        for pk, k, digest, seq, _ in txn.keys:
-            if pk == scope_pk and k == key:
-                e = next(e for e in txn.entries if e[0] == seq)
-                return digest, EntryRow(e[1], e[3], tuple(orjson.loads(e[4])), e[5], e[6])
+        for kept in txn.keys:
+            if kept.scope_pk == scope_pk and kept.key == key:
+                e = next(e for e in txn.entries if e.seq == kept.entry_seq)
+                tags = tuple(orjson.loads(e.tags_json))
+                return kept.digest, EntryRow(e.id, e.content, tags, e.created_us, e.expires_us)
         rows = txn.conn.execute(
             f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i"
             " JOIN entries e ON e.seq = i.entry_seq WHERE i.scope_pk = ? AND i.key = ?",

@@ -67,7 +67,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import anyio
 import structlog
@@ -101,6 +101,28 @@ WAL_CHECKPOINT_BYTES = 16 << 20
 log = structlog.get_logger("openwop_memory.storage")
 
 
+class EntryInsert(NamedTuple):
+    """A row of ``entries`` an op adds, inserted with the others at commit."""
+
+    seq: int
+    id: str
+    scope_pk: int
+    content: str
+    tags_json: bytes
+    created_us: int
+    expires_us: int | None
+
+
+class KeyInsert(NamedTuple):
+    """A row of ``idempotency`` an op adds, inserted with the others at commit."""
+
+    scope_pk: int
+    key: str
+    digest: bytes
+    entry_seq: int
+    created_us: int
+
+
 @dataclass
 class Txn:
     """State of one group-commit transaction: the clock as the ops advance it.
@@ -113,9 +135,10 @@ class Txn:
     seq: int
     last_us: int
     limit: int
-    entries: list[tuple[Any, ...]] = field(default_factory=list)
-    tags: list[tuple[Any, ...]] = field(default_factory=list)
-    keys: list[tuple[Any, ...]] = field(default_factory=list)
+    # Rows the ops add, inserted with one executemany each just before COMMIT.
+    entries: list[EntryInsert] = field(default_factory=list)
+    tags: list[tuple[int, str, int]] = field(default_factory=list)  # scope_pk, tag, seq
+    keys: list[KeyInsert] = field(default_factory=list)
     # Scope ids this transaction created: usable by its later ops, unknown to everyone
     # else until it commits (see SqliteStorage._scope_pk).
     new_scope_pks: dict[Scope, int] = field(default_factory=dict)
