@@ -29,7 +29,7 @@ from openwop_memory.config import (
     GROUPS,
     SqliteSettings,
     load_settings,
-    setting_names,
+    setting_fields,
 )
 from support.sidecar import EXE, RawClient, Sidecar
 
@@ -498,7 +498,7 @@ def test_the_shipped_example_config_is_valid_and_names_every_setting() -> None:
         for key, value in data.items()
         for sub in (value if key in GROUPS else [key])
     }
-    assert names == set(setting_names())
+    assert names == set(setting_fields())
     assert {"sqlite.synchronous", "sqlite.busy_timeout"} <= names
     assert not names & set(DEPRECATED), "the example uses only current spellings"
 

@@ -25,7 +25,7 @@ from ._async_run import AsyncMemoryRun
 from ._convert import SecretsArg
 from ._errors import InternalError, RequestTimeoutError, SidecarUnavailableError, ValidationError
 from ._errors import error_from_wire as _error_from_wire
-from ._transport import Connection, ConnectionLost
+from ._transport import ConnectionLost, MultiplexedConnection
 
 __all__ = ["AsyncMemoryClient"]
 
@@ -88,7 +88,7 @@ class AsyncMemoryClient:
         self._max_retries = max_retries
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
-        self._conn: Connection | None = None
+        self._conn: MultiplexedConnection | None = None
         self._connect_lock = anyio.Lock()
         # Callers queued behind a failed connection cycle fail with it instead of each
         # running the whole backoff schedule again.
@@ -241,7 +241,7 @@ class AsyncMemoryClient:
             raise InternalError(f"the sidecar answered {method} with neither result nor error")
         return response["result"]
 
-    async def _connection(self) -> Connection:
+    async def _connection(self) -> MultiplexedConnection:
         """The live connection, connecting first if there is none.
 
         :raises SidecarUnavailableError: every attempt failed (also raised to callers that
@@ -269,7 +269,7 @@ class AsyncMemoryClient:
             self._conn = conn
             return conn
 
-    async def _dial(self) -> Connection:
+    async def _dial(self) -> MultiplexedConnection:
         assert self._tg is not None
         delay = self._backoff
         reason = ""
@@ -284,7 +284,7 @@ class AsyncMemoryClient:
                     await anyio.sleep(delay)
                     delay = min(delay * 2, self._backoff_max)
                 continue
-            conn = Connection(stream, answer_timeout=self._timeout)
+            conn = MultiplexedConnection(stream, answer_timeout=self._timeout)
             self._tg.start_soon(conn.read_forever)
             return conn
         raise SidecarUnavailableError(

@@ -16,7 +16,7 @@ import anyio.abc
 
 from ._errors import RequestTimeoutError
 
-__all__ = ["Connection", "ConnectionLost"]
+__all__ = ["ConnectionLost", "MultiplexedConnection"]
 
 _READ_SIZE = 65536
 # How long a request whose write failed waits for the reader to deliver what the sidecar
@@ -51,7 +51,7 @@ class _Waiter:
         self.size = size
 
 
-class Connection:
+class MultiplexedConnection:
     """A connected stream plus the table of requests waiting for their answer.
 
     ``read_forever`` must run in a task for answers to arrive; it returns (never raises)

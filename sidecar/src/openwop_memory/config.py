@@ -287,10 +287,6 @@ def setting_fields() -> dict[str, FieldInfo]:
     return fields
 
 
-def setting_names() -> list[str]:
-    return list(setting_fields())
-
-
 def flag_of(name: str) -> str:
     """``--sqlite-busy-timeout`` for ``sqlite.busy_timeout``."""
     return "--" + name.replace(".", "-").replace("_", "-")

@@ -559,10 +559,10 @@ class GroupCommit:
         fault = self.before_statement
         if fault is not None:
             fault("checkpoint")
-        _finish(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+        _run_to_completion(conn, "PRAGMA wal_checkpoint(PASSIVE)")
         conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
         try:
-            blocked = _finish(conn, "PRAGMA wal_checkpoint(TRUNCATE)")[0][0]
+            blocked = _run_to_completion(conn, "PRAGMA wal_checkpoint(TRUNCATE)")[0][0]
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         return not blocked
@@ -572,7 +572,7 @@ class GroupCommit:
         fault = self.before_statement
         if fault is not None:
             fault("checkpoint")
-        _finish(conn, f"PRAGMA wal_checkpoint({mode})")
+        _run_to_completion(conn, f"PRAGMA wal_checkpoint({mode})")
 
     # -- health and maintenance --------------------------------------------------------
 
@@ -610,7 +610,7 @@ class GroupCommit:
             self._checkpointing -= 1
 
 
-def _finish(conn: sqlite3.Connection, sql: str) -> list[Any]:
+def _run_to_completion(conn: sqlite3.Connection, sql: str) -> list[Any]:
     """Run ``sql`` to completion on this thread.
 
     A statement left unfinished keeps its read snapshot open on the connection, and the
