@@ -1,20 +1,20 @@
 """The cyclic garbage collector's settings for a server that has finished starting.
 
-Two costs, measured on a sidecar serving puts and gets on 16 connections (GC time taken
-from ``gc.callbacks`` in the server):
+Two costs of the collector on a busy sidecar (its time per request shows in
+``gc.callbacks``, and in the CPU per request ``make bench`` reports):
 
 * Everything alive once start-up is over (modules, classes, pydantic validators, the
   service and its storage) lives as long as the process, yet every full collection scans
-  it again. ``gc.freeze()`` moves it out of the collector's sight, which halved GC time
-  per request, all of the saving in full collections.
+  it again. ``gc.freeze()`` moves it out of the collector's sight, which takes most of the
+  cost out of full collections.
 * With the default young-generation threshold (700), a collection starts whenever 700
   more container objects exist than at the last one: with a few dozen requests in flight
   that is every few hundred requests, and each collection scans, then promotes to the
   older generations, the objects of requests still running, which later collections scan
-  again. At 10 000 no collection ran in tens of thousands of requests (those objects are
-  freed by reference counting when their request ends). The cost is a bound, not a leak:
-  at most that many objects of unreachable cycles wait longer to be freed (about a
-  megabyte).
+  again. With :data:`YOUNG_THRESHOLD` a request's objects are almost always freed by
+  reference counting, when the request ends, before any collection sees them. The cost is
+  a bound, not a leak: at most that many objects of unreachable cycles wait longer to be
+  freed.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ FIELD_SEPARATOR = "\0"
 # A last line of a wrapped encoding this long is taken even when prose follows on its line.
 _MIN_WRAPPED_LINE = 16
 _LINE_BREAK = re.compile(r"\r?\n|\\r\\n|\\n")
-# Pattern bytes per automaton: each builds in about 10 ms, holding the GIL (see _automata).
+# Pattern bytes per automaton: small enough that one builds in a few milliseconds, holding
+# the GIL (see _automata).
 _CHUNK_BYTES = 64 << 10
 
 
@@ -70,11 +71,12 @@ def _automata(
     """Automata over ``keys``, each with the index of its first key, built in chunks of at
     most :data:`_CHUNK_BYTES`.
 
-    Building an automaton holds the GIL throughout (a big keyring's windows took 440 ms),
-    stalling every other client of the sidecar; a chunk takes about 10 ms, and the GIL can
-    change hands between chunks. A keyring of a few keys still gets one automaton of each.
+    Building an automaton holds the GIL throughout, for a big keyring's windows long enough
+    to stall every other client of the sidecar; a chunk is quick, and the GIL can change
+    hands between chunks. A keyring of a few keys still gets one automaton of each.
     """
-    # ContiguousNFA builds in a fifth of the DFA's time and still scans at ~150 MB/s.
+    # ContiguousNFA builds several times faster than the DFA and still scans fast enough
+    # (the README's redaction benchmark gives compile times and throughput).
     nfa = ahocorasick_rs.Implementation.ContiguousNFA
     out: list[tuple[int, ahocorasick_rs.BytesAhoCorasick]] = []
     start = size = 0
@@ -162,8 +164,8 @@ class _Windows:
     """Fragment windows, each key with the (source, offset) pairs it stands for.
 
     Held in flat arrays rather than a list of tuples per key: a keyring of 256 long values
-    has 49,152 windows, and that many small objects made the garbage collector's full
-    passes (which hold the GIL) take up to 90 ms, besides costing ~150 bytes apiece.
+    has tens of thousands of windows, and that many small objects would lengthen every
+    full pass of the garbage collector (which holds the GIL), besides their own memory.
     """
 
     def __init__(self) -> None:

@@ -1,12 +1,12 @@
 """The memory compiled keyrings hold in this process, kept under ``max_keyring_memory_bytes``.
 
-A compiled keyring is large (tens of KiB per secret, see
-:func:`~openwop_memory.redaction.estimate_bytes`) and every open run may hold one, so their
-total is budgeted. Each holder (an open run's handle, a tenant's cached host keyring) is
-charged its keyring's estimated size under a key; a compile in progress holds a reservation
-for what it will produce. To make room, the least recently used idle holders are evicted:
-an evicted run is not lost (its next put answers ``not_found`` and the client begins it
-again), an evicted host keyring is compiled again when next needed.
+A compiled keyring is large (see :func:`~openwop_memory.redaction.estimate_bytes`) and
+every open run may hold one, so their total is budgeted. Each holder (an open run's handle,
+a tenant's cached host keyring) is charged its keyring's estimated size under a key; a
+compile in progress holds a reservation for what it will produce. To make room, the least
+recently used idle holders are evicted: an evicted run is not lost (its next put answers
+``not_found`` and the client begins it again), an evicted host keyring is compiled again
+when next needed.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ on the event loop when ``synchronous`` is NORMAL (no fsync per commit), anything
 writer thread; a thread of its own checkpoints the WAL.
 
 Point reads (an entry by id, a run by id) go the other way: by default they run inline on
-the event loop, on a read-only connection that never waits for a lock. A hand-off to a
-reader thread costs more (about 85 µs measured) than such a lookup (20-45 µs), and
-serving them inline doubled get throughput. If the database is busy, the read falls back to
-a reader thread. Lists, which can touch many pages, always go to reader threads.
+the event loop, on a read-only connection that never waits for a lock, because such a
+lookup costs less than the hand-off to a reader thread and back (``make bench`` measures
+``get``; ``[sqlite] inline_point_reads = false`` sends every read to the threads, to
+compare). If the database is busy, the read falls back to a reader thread. Lists, which
+can touch many pages, always go to reader threads.
 
 Several processes may share the file: ``BEGIN IMMEDIATE`` plus ``busy_timeout`` serialise
 their writers, and the clock row lives in the database, so commit order is global.

@@ -8,11 +8,12 @@ whole transaction runs as one function, wherever it runs: a hand-off per stateme
 aiosqlite does) would cost more than the statements.
 
 **Where a commit runs.** In WAL mode with ``synchronous = NORMAL`` a commit appends to the
-WAL without an fsync, and a group commit is less SQLite work than handing it to a thread
-and back (the hand-off and the GIL wake-ups on both sides were measured to cost more than
-the commit itself). So a batch commits on the event loop by default, in a callback queued
-behind what is already runnable, so that every request that reaches its write in the same
-turn of the loop joins the batch. A batch goes to the writer thread instead when:
+WAL without an fsync, and a group commit is less work than handing it to a thread and back
+(the hand-off and the GIL wake-ups on both sides cost more than the commit itself;
+``make bench`` reports the CPU of a put). So a batch commits on the event loop by default,
+in a callback queued behind what is already runnable, so that every request that reaches
+its write in the same turn of the loop joins the batch. A batch goes to the writer thread
+instead when:
 
 - one of its ops is not *quick* (``write(fn)`` without ``quick=True``): sweeps, run
   touches, anything that may touch many rows or block;
@@ -23,8 +24,8 @@ turn of the loop joins the batch. A batch goes to the writer thread instead when
 - another connection holds the write lock: on the loop the connection never waits (busy
   timeout 0) and a batch that meets ``SQLITE_BUSY`` goes to the thread, which waits up to
   the busy timeout (``BEGIN IMMEDIATE`` serialises sidecars sharing the file);
-- a checkpoint is running: its fsyncs can make WAL appends wait in the kernel for
-  milliseconds (measured: outside checkpoints a commit on the loop almost never blocks);
+- a checkpoint is running: its fsyncs can make WAL appends wait in the kernel, which
+  outside checkpoints a commit on the loop almost never does;
 - commits on the loop turned slow: one that took longer than a few milliseconds *and*
   blocked in the kernel meanwhile (a slow or saturated disk; merely losing the CPU to other
   processes does not count, the thread would be no faster) sends commits to the thread for
@@ -36,15 +37,16 @@ writer connection keeps a busy timeout of 0 while the loop uses it and the confi
 while the thread does.
 
 **Checkpoints never run on the loop.** SQLite's automatic checkpoint runs inside the commit
-that crosses its threshold and can take hundreds of milliseconds with its fsyncs, so it is
-off on the writer connection. Instead, once the WAL file has grown past
-``checkpoint_bytes`` (looked at every few commits), a checkpoint thread with a connection
-of its own checkpoints: PASSIVE (commits and reads go on meanwhile), then TRUNCATE with a
-short busy timeout, which holds the write lock only to copy what was committed during the
-PASSIVE one and to empty the WAL. Without that second step, commits landing during every
-checkpoint would keep the WAL from ever starting over. If a reader still needs the WAL,
-TRUNCATE gives up after that short wait, and the next try waits until the WAL has grown by
-another ``checkpoint_bytes``. The sweeper's PASSIVE and shutdown's TRUNCATE run there too.
+that crosses its threshold and holds it for as long as its copying and fsyncs take, so it
+is off on the writer connection (``make bench`` measures a ``get`` during a checkpoint).
+Instead, once the WAL file has grown past ``checkpoint_bytes`` (looked at every few
+commits), a checkpoint thread with a connection of its own checkpoints: PASSIVE (commits
+and reads go on meanwhile), then TRUNCATE with a short busy timeout, which holds the write
+lock only to copy what was committed during the PASSIVE one and to empty the WAL. Without
+that second step, commits landing during every checkpoint would keep the WAL from ever
+starting over. If a reader still needs the WAL, TRUNCATE gives up after that short wait,
+and the next try waits until the WAL has grown by another ``checkpoint_bytes``. The
+sweeper's PASSIVE and shutdown's TRUNCATE run there too.
 
 The rule every op follows: **a failed commit leaves no trace.** An op changes nothing but
 the transaction it is given; whatever in-memory state it derives from its writes (a new

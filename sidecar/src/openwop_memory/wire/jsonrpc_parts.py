@@ -3,11 +3,10 @@
 Why: ``jsonrpcserver/__init__.py`` imports ``jsonrpcserver.main``, which imports jsonschema
 and builds a JSON Schema validator at import time, for its ``dispatch`` functions. The
 sidecar never calls those (see :mod:`.dispatch`), yet importing any submodule the normal
-way runs the package ``__init__`` first. Measured when this was written: jsonschema was
-most of what the normal import costs, and the largest single item of the sidecar's idle
-RSS and start-up that its own code decides (``make bench`` shows both beside the floor of
-the libraries alone). No other change to the sidecar's imports saved as much, so it is
-worth one documented trick.
+way runs the package ``__init__`` first. jsonschema is most of what that import costs, in
+idle memory and in start-up time, which ``make bench`` reports beside the floor of the
+libraries alone; no other import of the sidecar's costs as much, so it is worth one
+documented trick.
 
 How: while the submodules load, ``sys.modules["jsonrpcserver"]`` is the package's module
 object made from its own spec but not executed (so relative imports between submodules
