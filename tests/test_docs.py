@@ -1,6 +1,7 @@
-"""The README's configuration table matches the code: every setting has a row, and the default
-it shows is the setting's default (read back through the settings' own validators, so ``7d``,
-``"0660"`` and ``{}`` are checked as the sidecar would read them)."""
+"""The docs match the code. The README's configuration table: every setting has a row, and the
+default it shows is the setting's default (read back through the settings' own validators, so
+``7d``, ``"0660"`` and ``{}`` are checked as the sidecar would read them). docs/ARCHITECTURE.md:
+every file it names exists, and every name it quotes is in the code."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ from openwop_memory.config import GROUPS, Settings, setting_fields
 
 pytestmark = pytest.mark.backend_independent
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+# Where a relative path in ARCHITECTURE.md may start: the repository, or either package.
+_PATH_ROOTS = [
+    ROOT,
+    ROOT / "sidecar" / "src" / "openwop_memory",
+    ROOT / "client" / "src" / "openwop_memory_client",
+]
+_QUOTED = re.compile(r"`([^`]+)`")
+_CODE_NAME = re.compile(r"^([A-Za-z_][\w.]*)(\(.*\))?$")
 # | `name` | `default` ... | meaning |
 _ROW = re.compile(r"^\| `([a-z_.]+)` \| ([^|]*) \|")
 
@@ -66,3 +77,37 @@ def test_the_documented_health_thresholds_are_the_real_ones(tmp_path: Path) -> N
     assert "`sqlite.busy_timeout` plus 10 s" in readme
     assert "under 16 MiB free beside the database" in protocol
     assert "its busy timeout plus 10 s" in protocol
+
+
+def _quoted_in_architecture() -> list[str]:
+    return sorted(set(_QUOTED.findall(ARCHITECTURE.read_text())))
+
+
+def _is_path(quoted: str) -> bool:
+    return "/" in quoted or quoted.endswith((".py", ".md")) or (ROOT / quoted).is_file()
+
+
+def test_every_file_the_architecture_page_names_exists() -> None:
+    paths = [q for q in _quoted_in_architecture() if _is_path(q)]
+    assert "wire/dispatch.py" in paths  # the pattern does find them
+    missing = [
+        q
+        for q in paths
+        if "NAME" not in q  # a placeholder, in the how-to sections
+        and not any(list(root.glob(q.rstrip("/"))) for root in _PATH_ROOTS)
+    ]
+    assert not missing, f"docs/ARCHITECTURE.md names files that do not exist: {missing}"
+
+
+def test_every_code_name_the_architecture_page_quotes_is_in_the_code() -> None:
+    sources = " ".join(
+        f.read_text()
+        for folder in ("sidecar/src", "client/src", "tests")
+        for f in (ROOT / folder).rglob("*.py")
+    )
+    words = set(re.findall(r"[A-Za-z_]\w*", sources))
+    quoted = [q for q in _quoted_in_architecture() if not _is_path(q)]
+    names = [m.group(1) for q in quoted if (m := _CODE_NAME.match(q))]
+    assert "_METHODS" in names  # the pattern does find them
+    missing = [n for n in names if not set(n.split(".")) <= words]
+    assert not missing, f"docs/ARCHITECTURE.md quotes names the code does not have: {missing}"
