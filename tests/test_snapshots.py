@@ -209,18 +209,25 @@ def test_ties_in_created_at_are_listed_in_commit_order(
     ref = issue(client)
     begin(client, "w")
     written: list[dict[str, Any]] = []
-    # Pipelined puts land in shared group commits, which stamp one createdAt.
-    for burst in range(3):
-        written += pipelined(
-            client,
-            [
-                (
-                    "memory.put",
-                    {"runId": "w", "memoryRef": ref, "entry": {"content": f"b{burst} n{i}"}},
+    # Puts sent at once on many connections start in the same turn of the sidecar's loop,
+    # so they share group commits, which stamp one createdAt. (One connection's pipelined
+    # lines start one per turn: the fairness gate's rule.)
+    connections = [SharedClient(client.path, client.prefix) for _ in range(40)]
+    try:
+        for burst in range(3):
+            for i, conn in enumerate(connections):
+                params = conn.scoped(
+                    {"runId": "w", "memoryRef": ref, "entry": {"content": f"b{burst} n{i}"}}
                 )
-                for i in range(40)
-            ],
-        )
+                line = {"jsonrpc": "2.0", "id": i, "method": "memory.put", "params": params}
+                conn.sock.sendall(json.dumps(line).encode() + b"\n")
+            for conn in connections:
+                response = conn.read()
+                assert "result" in response, response
+                written.append(response["result"])
+    finally:
+        for conn in connections:
+            conn.close()
     begin(client, "r")
     listed = listing(client, "r", ref, limit=1000)
     assert sorted(ids(listed)) == sorted(ids(written))

@@ -10,6 +10,20 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+
+class NotNow:
+    """The type of :data:`NOT_NOW`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_NOW"
+
+
+NOT_NOW = NotNow()
+"""What a ``*_now`` method returns when it cannot answer without waiting: the caller then
+takes the method's asynchronous form, which always answers."""
+
 # Run markers (a run whose snapshot is past retention) stay this many retentions, so a late
 # replay can still be told "retention_expired" rather than "unknown_run".
 MARKER_RETENTIONS = 4

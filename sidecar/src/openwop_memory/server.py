@@ -263,31 +263,29 @@ class Server:
         dispatcher = self.dispatcher
         settings = self.settings
         stats = self.connection_stats
+        take_line = dispatcher.take_line
         try:
-            # See wire/framing.py for why the connection's I/O is an asyncio stream.
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
-            reader, writer = await asyncio.open_unix_connection(sock=raw)
+            if self._binding.active:
+                tenants = self._binding.tenants_for(peer_of(raw))
+                take_line = functools.partial(dispatcher.take_line, tenants=tenants)
+            conn = Connection(
+                take_line,
+                dispatcher.oversized,
+                ConnectionLimits(
+                    max_line_bytes=settings.max_request_bytes,
+                    idle_timeout=settings.idle_timeout,
+                    partial_line_timeout=settings.partial_line_timeout,
+                    max_unsent_answer_bytes=settings.max_unsent_answer_bytes,
+                ),
+                gate=self._gate,
+                stats=stats,
+            )
+            # See wire/framing.py for why the connection is an asyncio protocol.
+            await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=raw)
         except BaseException:
             stats.open -= 1
             raise
-        handle_line = dispatcher.handle_line
-        if self._binding.active:
-            tenants = self._binding.tenants_for(peer_of(raw))
-            handle_line = functools.partial(dispatcher.handle_line, tenants=tenants)
-        conn = Connection(
-            reader,
-            writer,
-            handle_line,
-            dispatcher.oversized,
-            ConnectionLimits(
-                max_line_bytes=settings.max_request_bytes,
-                idle_timeout=settings.idle_timeout,
-                partial_line_timeout=settings.partial_line_timeout,
-                max_unsent_answer_bytes=settings.max_unsent_answer_bytes,
-            ),
-            gate=self._gate,
-            stats=stats,
-        )
         self._connections.add(conn)
         self._no_connections = anyio.Event()
         try:
@@ -297,14 +295,14 @@ class Server:
         finally:
             try:
                 # Still counted while its last answers flush: a drain waits for them too.
-                await self._close(writer)
+                await self._close(conn)
             finally:
                 stats.open -= 1
                 self._connections.discard(conn)
                 if not self._connections:
                     self._no_connections.set()
 
-    async def _close(self, writer: asyncio.StreamWriter) -> None:
+    async def _close(self, conn: Connection) -> None:
         """Close a connection, flushing the answers it still has buffered, but never waiting
         for good on a client that stopped reading.
 
@@ -314,14 +312,8 @@ class Server:
         limit = self.settings.drain_timeout
         if self._stop.is_set():
             limit = max(0.0, self._drain_deadline - anyio.current_time())
-        writer.close()
-        with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(limit),
-            contextlib.suppress(OSError),
-        ):
-            await writer.wait_closed()
-        writer.transport.abort()
+        with anyio.CancelScope(shield=True):
+            await conn.close(limit)
 
     async def _drain(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
         await listener.aclose()

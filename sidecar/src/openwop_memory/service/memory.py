@@ -34,7 +34,7 @@ from openwop_memory_client.wire import (
 )
 
 from .. import __version__
-from ..domain import SweepHorizons, retention_cutoff_us
+from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
 from ..storage.base import (
     BeginOutcome,
@@ -237,6 +237,11 @@ class MemoryService:
     def run_end(self, params: RunEndParams) -> dict[str, Any]:
         return {"ended": self._runs.end(params.runId)}
 
+    def open_run_tenant(self, run_id: str) -> str | None:
+        """The tenant of the run if it is open in this sidecar, else ``None``."""
+        handle = self._runs.get(run_id)
+        return None if handle is None else handle.tenant
+
     def _open_run(self, run_id: str) -> RunHandle:
         """The run open in this process.
 
@@ -299,10 +304,32 @@ class MemoryService:
         )
         return [entry_to_wire(r) for r in rows]
 
+    def get_now(self, params: GetParams) -> dict[str, Any] | NotNow | None:
+        """What :meth:`get` answers, when that is ready without waiting (the run is open
+        here and the backend reads at once); else ``NOT_NOW``.
+
+        :raises ForbiddenError: the ref is another tenant's.
+        :raises UpstreamUnavailableError: the database failed.
+        """
+        handle = self._runs.get(params.runId)
+        if handle is None:
+            return NOT_NOW
+        scope = self._refs.resolve(params.memoryRef, handle.tenant)
+        if scope is None:
+            return None
+        storage = self._storage
+        row = storage.get_now(
+            scope=scope, snapshot=handle.snapshot, now_us=storage.clock_us(), entry_id=params.id
+        )
+        if row is None or isinstance(row, NotNow):
+            return row
+        return entry_to_wire(row)
+
     async def get(self, params: GetParams) -> dict[str, Any] | None:
-        run: RunHandle | RunRecord | None = self._runs.get(params.runId)
-        if run is None:  # the usual case above goes without a coroutine for the lookup
-            run = await self._any_run(params.runId)
+        answer = self.get_now(params)
+        if not isinstance(answer, NotNow):
+            return answer
+        run = await self._any_run(params.runId)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:
             return None

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
-from ..domain import SweepHorizons
+from ..domain import NotNow, SweepHorizons
 
 # Opaque to everything but the backend that issued it (SQLite: a commit sequence number);
 # compared only for equality by the service.
@@ -254,6 +254,14 @@ class Storage(Protocol):
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | None:
         """The entry of ``scope`` with this id if visible to the snapshot, else ``None``."""
+
+    def get_now(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
+    ) -> EntryRow | NotNow | None:
+        """What :meth:`get` would return, when the backend has it without waiting for I/O
+        it would otherwise await (a local file read counts as not waiting); else
+        :data:`~openwop_memory.domain.NOT_NOW`. A backend that never has it returns
+        ``NOT_NOW`` always. It lets a request be answered without a task of its own."""
 
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         """Remove what the horizons allow, in batches of ``batch_size`` so writers never stall.

@@ -35,7 +35,7 @@ import orjson
 from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError
 
-from ..domain import SweepHorizons, new_entry_id
+from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
 from .base import (
     KEY_CONFLICT,
@@ -465,6 +465,11 @@ class PostgresqlStorage:
             )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [_row(r) for r in rows]
+
+    def get_now(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
+    ) -> EntryRow | NotNow | None:
+        return NOT_NOW  # every read is a round trip to the server
 
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str

@@ -41,7 +41,7 @@ import orjson
 import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
 
-from ..domain import SweepHorizons, new_entry_id
+from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
 from .base import (
     KEY_CONFLICT,
@@ -62,7 +62,7 @@ from .base import (
     classify_run,
 )
 from .scope_cache import ScopeCache
-from .sqlite_errors import translate_errors
+from .sqlite_errors import translate_errors, translated
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
 from .sqlite_writer import WAL_CHECKPOINT_BYTES, EntryInsert, GroupCommit, KeyInsert, OpFn, Txn
 
@@ -74,6 +74,10 @@ _VISIBLE = (
     " AND (e.expires_us IS NULL OR e.expires_us > :now)"
 )
 _SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = :tenant AND key = :key)"
+_GET_SQL = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
+    f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}"
+)
 # Idempotency keys pin their entry (the second put returns it even after delete or expiry).
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
 # Below this much free space on the database's file system, health reports ``disk_full``:
@@ -87,6 +91,16 @@ log = structlog.get_logger("openwop_memory.storage")
 
 async def _fetch(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
     return list(await conn.execute_fetchall(sql, params))
+
+
+def _get_params(scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str) -> dict[str, Any]:
+    return {
+        "id": entry_id,
+        "tenant": scope.tenant,
+        "key": scope.key,
+        "snap": cast(int, snapshot),
+        "now": now_us,
+    }
 
 
 def _row(r: Any) -> EntryRow:
@@ -228,15 +242,30 @@ class SqliteStorage:
             raise
         return conn
 
+    def _read_inline(self, sql: str, params: Any) -> list[Any] | NotNow:
+        """Rows of a lookup by key on the loop's own connection, or ``NOT_NOW`` when that
+        connection is off or busy (the read must then wait for a reader thread).
+
+        :raises UpstreamUnavailableError: the database failed.
+        """
+        inline = self._inline
+        if inline is None or self._closed:
+            return NOT_NOW
+        try:
+            return inline.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return NOT_NOW
+            raise translated(exc) from None
+        except sqlite3.Error as exc:
+            raise translated(exc) from None
+
     async def _point_read(self, sql: str, params: Any) -> list[Any]:
         """Rows of a lookup by key: inline when possible, else on a reader thread."""
+        rows = self._read_inline(sql, params)
+        if not isinstance(rows, NotNow):
+            return rows
         with translate_errors():
-            if self._inline is not None and not self._closed:
-                try:
-                    return self._inline.execute(sql, params).fetchall()
-                except sqlite3.OperationalError as exc:
-                    if exc.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                        raise
             return await _fetch(self._reader(), sql, params)
 
     async def _connect_reader(self) -> aiosqlite.Connection:
@@ -509,20 +538,18 @@ class SqliteStorage:
             rows = await _fetch(self._reader(), sql, params)
         return [_row(r) for r in rows]
 
+    def get_now(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
+    ) -> EntryRow | NotNow | None:
+        rows = self._read_inline(_GET_SQL, _get_params(scope, snapshot, now_us, entry_id))
+        if isinstance(rows, NotNow):
+            return rows
+        return _row(rows[0]) if rows else None
+
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | None:
-        rows = await self._point_read(
-            f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
-            f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}",
-            {
-                "id": entry_id,
-                "tenant": scope.tenant,
-                "key": scope.key,
-                "snap": cast(int, snapshot),
-                "now": now_us,
-            },
-        )
+        rows = await self._point_read(_GET_SQL, _get_params(scope, snapshot, now_us, entry_id))
         return _row(rows[0]) if rows else None
 
     # -- maintenance ---------------------------------------------------------------------

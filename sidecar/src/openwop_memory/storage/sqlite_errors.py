@@ -11,15 +11,23 @@ from openwop_memory_client import UpstreamUnavailableError
 
 @contextlib.contextmanager
 def translate_errors() -> Iterator[None]:
-    """Turn any sqlite3 error into :class:`UpstreamUnavailableError` (the one place we do)."""
+    """Turn any sqlite3 error into :class:`UpstreamUnavailableError` (see :func:`translated`)."""
     try:
         yield
-    except sqlite3.Error as exc:
-        reason = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-        raise UpstreamUnavailableError(
-            "the SQLite database is failing", {"backend": "sqlite", "reason": reason}
-        ) from None
-    except ValueError as exc:  # aiosqlite raises ValueError on a closed connection
-        raise UpstreamUnavailableError(
+    except (sqlite3.Error, ValueError) as exc:
+        raise translated(exc) from (exc if isinstance(exc, ValueError) else None)
+
+
+def translated(exc: sqlite3.Error | ValueError) -> UpstreamUnavailableError:
+    """The error the service sees for a sqlite3 error (the one place they are translated).
+
+    ``ValueError`` is what aiosqlite raises on a closed connection.
+    """
+    if isinstance(exc, ValueError):
+        return UpstreamUnavailableError(
             "the SQLite database is closed", {"backend": "sqlite", "reason": "closed"}
-        ) from exc
+        )
+    reason = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    return UpstreamUnavailableError(
+        "the SQLite database is failing", {"backend": "sqlite", "reason": reason}
+    )

@@ -17,7 +17,7 @@ import asyncio
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import Any, Protocol
 
@@ -46,10 +46,20 @@ from openwop_memory_client.wire import (
     RunEndParams,
 )
 
+from ..domain import NOT_NOW, NotNow
 from ..service.memory import MemoryService
 from .access_log import AccessLog
 from .binding import permits
-from .jsonrpc_parts import NOID, JsonRpcError, Left, Success, call, create_request, to_response
+from .jsonrpc_parts import (
+    NOID,
+    JsonRpcError,
+    Left,
+    Success,
+    call,
+    call_at_once,
+    create_request,
+    to_response,
+)
 
 log = structlog.get_logger("openwop_memory.request")
 
@@ -86,6 +96,15 @@ _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
     "sidecar.health": (EmptyParams, lambda s, p: s.health()),
     "sidecar.stats": (EmptyParams, lambda s, p: s.stats_snapshot()),
 }
+# The methods that may answer without waiting, in the form that does: a call returns the
+# result, or NOT_NOW when this one must wait after all (then the handler above runs).
+_AT_ONCE: dict[str, Handler] = {
+    **{
+        name: _METHODS[name][1]
+        for name in ("host.capabilities", "memory.issueRef", "run.end", "sidecar.stats")
+    },
+    "memory.get": lambda s, p: s.get_now(p),
+}
 
 
 def validation_error_from(exc: pydantic.ValidationError) -> ValidationError:
@@ -104,6 +123,18 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path[:200] or "params"
+
+
+def _rpc_error(exc: Exception) -> JsonRpcError:
+    """What a method raises to jsonrpcserver for any failure: our envelope, with every
+    unexpected exception made an ``internal_error``."""
+    if isinstance(exc, pydantic.ValidationError):
+        err: MemoryServiceError = validation_error_from(exc)
+    elif isinstance(exc, MemoryServiceError):
+        err = exc
+    else:
+        err = _internal(exc)
+    return JsonRpcError(err.wire_rpc_code, err.message, err.envelope())
 
 
 def _internal(exc: BaseException) -> InternalError:
@@ -145,6 +176,10 @@ class Dispatcher:
         self._methods = {
             name: self._bind(model, handler) for name, (model, handler) in _METHODS.items()
         }
+        self._at_once = {
+            name: self._bind_at_once(_METHODS[name][0], handler)
+            for name, handler in _AT_ONCE.items()
+        }
 
     def _bind(
         self, model: type[pydantic.BaseModel], handler: Handler
@@ -162,13 +197,25 @@ class Dispatcher:
                 if type(result) is CoroutineType:
                     result = await result
                 return Success(result)
-            except pydantic.ValidationError as exc:
-                err: MemoryServiceError = validation_error_from(exc)
-            except MemoryServiceError as exc:
-                err = exc
             except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
-                err = _internal(exc)
-            raise JsonRpcError(err.wire_rpc_code, err.message, err.envelope())
+                raise _rpc_error(exc) from None
+
+        return method
+
+    def _bind_at_once(
+        self, model: type[pydantic.BaseModel], handler: Handler
+    ) -> Callable[..., Any]:
+        service = self.service
+        validate = model.model_validate
+
+        def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
+            try:
+                validated = validate(params)
+                if ctx is not None and not self._binding_allows_at_once(ctx, validated):
+                    return Success(NOT_NOW)
+                return Success(handler(service, validated))
+            except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
+                raise _rpc_error(exc) from None
 
         return method
 
@@ -183,11 +230,56 @@ class Dispatcher:
 
         :raises ConnectionResetError: the pacer's client left while the request waited.
         """
+        answer = self.take_line(line, pacer, tenants=tenants)
+        if answer is None or type(answer) is bytes:
+            return answer
+        assert not isinstance(answer, bytes)
+        return await answer
+
+    def take_line(
+        self, line: bytes, pacer: Pacer | None = None, *, tenants: frozenset[str] | None = None
+    ) -> bytes | Coroutine[Any, Any, bytes | None] | None:
+        """:meth:`handle_line`'s answer when it is ready without waiting, else a coroutine
+        that makes it (and must be awaited or closed).
+
+        Answered at once: a line that is not JSON, and the methods of ``_AT_ONCE`` when
+        they need not wait (memory.get of a run open here on a backend that reads without
+        waiting, for one). The pacer needs no asking for those: their answers are small.
+        """
         started = time.perf_counter()
         try:
             request = orjson.loads(line)
         except orjson.JSONDecodeError:
             return _line(self._refuse(_invalid(PARSE_ERROR, "not valid UTF-8 JSON"), started))
+        if _well_formed(request) and self.inflight < self.max_inflight:
+            at_once = self._at_once.get(request["method"])
+            if at_once is not None:
+                answer = self._answer_at_once(request, at_once, started, tenants)
+                if not isinstance(answer, NotNow):
+                    return answer
+        return self._handle(request, started, pacer, tenants)
+
+    def _answer_at_once(
+        self,
+        request: dict[str, Any],
+        method: Callable[..., Any],
+        started: float,
+        tenants: frozenset[str] | None,
+    ) -> bytes | NotNow | None:
+        rpc_request = create_request(request)
+        result = call_at_once(rpc_request, tenants, method)
+        if not isinstance(result, Left) and isinstance(result._value.result, NotNow):
+            return NOT_NOW
+        answer = self._finish(request, rpc_request, result, started)
+        return None if answer is None else _line(answer)
+
+    async def _handle(
+        self,
+        request: Any,
+        started: float,
+        pacer: Pacer | None,
+        tenants: frozenset[str] | None,
+    ) -> bytes | None:
         if isinstance(request, list):
             if not request or len(request) > _MAX_BATCH:
                 error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
@@ -235,14 +327,25 @@ class Dispatcher:
 
         :raises ForbiddenError: one of them is not.
         """
-        tenant = getattr(params, "tenant", None)
-        if isinstance(tenant, str) and not permits(tenants, tenant):
-            raise ForbiddenError("this process may not use that tenant", {"resource": "tenant"})
+        _check_tenant(tenants, params)
         run_id = getattr(params, "runId", None)
         if isinstance(run_id, str):
-            run_tenant = await self._tenant_of_run(run_id)
-            if run_tenant is not None and not permits(tenants, run_tenant):
-                raise ForbiddenError("this process may not use that run", {"resource": "run"})
+            _check_run_tenant(tenants, await self._tenant_of_run(run_id))
+
+    def _binding_allows_at_once(self, tenants: frozenset[str], params: pydantic.BaseModel) -> bool:
+        """:meth:`_check_binding` without waiting: ``False`` when it cannot tell yet (the
+        run is not open here).
+
+        :raises ForbiddenError: as :meth:`_check_binding`.
+        """
+        _check_tenant(tenants, params)
+        run_id = getattr(params, "runId", None)
+        if isinstance(run_id, str):
+            run_tenant = self.service.open_run_tenant(run_id)
+            if run_tenant is None:
+                return False
+            _check_run_tenant(tenants, run_tenant)
+        return True
 
     def _tenant_of_run(self, run_id: str) -> Awaitable[str | None]:
         # The service's coroutine itself, not one more wrapped around it.
@@ -290,21 +393,31 @@ class Dispatcher:
         assert method is not None
         rpc_request = create_request(request)
         self.inflight += 1
-        outcome = "cancelled"  # unless it ends otherwise: the client or a shutdown left
         started = time.perf_counter()
         try:
             result = await call(rpc_request, tenants, method)
-            outcome = _outcome(result)
-        finally:
+        except BaseException:  # the client or a shutdown left: the request was cancelled
             self.inflight -= 1
-            self.service.stats.count(request["method"], outcome)
-            seconds = time.perf_counter() - started
-            access_log = self.access_log
-            if access_log.wants(outcome, seconds):
-                access_log.write(request["method"], outcome, seconds, request.get("id"))
+            self._account(request["method"], "cancelled", started, request.get("id"))
+            raise
+        self.inflight -= 1
+        return self._finish(request, rpc_request, result, started)
+
+    def _finish(
+        self, request: dict[str, Any], rpc_request: Any, result: Any, started: float
+    ) -> dict[str, Any] | None:
+        """Count and log a method's result; its response object (``None``: a notification)."""
+        self._account(request["method"], _outcome(result), started, request.get("id"))
         if rpc_request.id is NOID:
             return None
         return self._to_wire(to_response(rpc_request, result))
+
+    def _account(self, method: str, outcome: str, started: float, request_id: Any) -> None:
+        self.service.stats.count(method, outcome)
+        seconds = time.perf_counter() - started
+        access_log = self.access_log
+        if access_log.wants(outcome, seconds):
+            access_log.write(method, outcome, seconds, request_id)
 
     def _to_wire(self, response: Any) -> dict[str, Any]:
         if isinstance(response, Left):
@@ -316,6 +429,17 @@ class Dispatcher:
             return {"jsonrpc": "2.0", "error": error, "id": e.id}
         ok = response._value
         return {"jsonrpc": "2.0", "result": ok.result, "id": ok.id}
+
+
+def _check_tenant(tenants: frozenset[str], params: pydantic.BaseModel) -> None:
+    tenant = getattr(params, "tenant", None)
+    if isinstance(tenant, str) and not permits(tenants, tenant):
+        raise ForbiddenError("this process may not use that tenant", {"resource": "tenant"})
+
+
+def _check_run_tenant(tenants: frozenset[str], run_tenant: str | None) -> None:
+    if run_tenant is not None and not permits(tenants, run_tenant):
+        raise ForbiddenError("this process may not use that run", {"resource": "run"})
 
 
 def _invalid(rpc_code: int, message: str, field: str = "request", **extra: Any) -> ValidationError:

@@ -13,32 +13,34 @@ an answer, and so does ``idle_timeout`` without a request in progress or a byte 
 Every line waits its turn at the shared :class:`~.fairness.FairGate`, so one connection's
 flood cannot crowd the others out of the event loop.
 
-The connection's I/O runs on an asyncio stream over the socket that anyio's listener
-accepted, and each request is a plain asyncio task. Both choices are measured: anyio's
-raw-socket stream re-registers the socket with epoll on every receive and yields to the
-loop before every send and receive, and ``TaskGroup.start_soon`` costs about 70 µs more
-than ``create_task``; together they tripled the latency of a small request.
+The connection is an asyncio protocol on the socket that anyio's listener accepted: lines
+are cut and started in ``data_received`` itself, and only a line that must wait (for its
+turn, a free slot or the client to read its answers) makes a task to wait in, with reading
+paused meanwhile. A request whose answer is ready without waiting (see
+:class:`~.dispatch.Dispatcher`) is answered there too, without a task. Streams and a read
+loop task would cost a future and a task wake-up per chunk, and anyio's socket streams more
+(``make bench`` measures the request path against a bare echo server).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, cast
 
-import anyio
 import structlog
 
 from ..service.stats import ConnectionStats
 from .fairness import FairGate, Share, line_cost
 
-LineHandler = Callable[[bytes, "AnswerPacer"], Awaitable[bytes | None]]
+# A line's answer (None: it has none), or a coroutine that makes it (see Connection).
+LineHandler = Callable[[bytes, "AnswerPacer"], "bytes | Coroutine[Any, Any, bytes | None] | None"]
 OversizedHandler = Callable[[], bytes]
 
 log = structlog.get_logger("openwop_memory.connection")
-
-_READ_SIZE = 65536
 
 
 @dataclass(frozen=True)
@@ -63,193 +65,346 @@ class AnswerPacer:
     the single-entry answers of requests already in progress.
     """
 
-    def __init__(self, writer: asyncio.StreamWriter, budget: int) -> None:
-        self._writer = writer
-        self._budget = budget
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
         # Released when the answer is made; the connection writes it before any other task
         # runs, so the next holder sees it counted as unread.
         self.unbounded = asyncio.Lock()
 
     def fits(self) -> bool:
         """Whether the unread answers fit the budget now (:meth:`ready` would not wait)."""
-        return self._writer.transport.get_write_buffer_size() <= self._budget
+        return self._connection.unsent_fits()
 
     async def ready(self) -> None:
         """Return once the unread answers fit the budget.
 
         :raises ConnectionResetError: the client left.
         """
-        if self._writer.transport.get_write_buffer_size() > self._budget:
-            await self._writer.drain()
+        if not self._connection.unsent_fits():
+            await self._connection.drain()
 
 
-class Connection:
-    """One client connection. ``serve`` returns once the client left (or reading stopped)
-    and every request already read has been answered."""
+class Connection(asyncio.Protocol):
+    """One client connection, as the protocol of its transport. ``serve`` returns once the
+    client left (or reading stopped) and every request already read has been answered.
+
+    ``take_line`` is called with each request line once it may start. It returns the
+    line's answer when that is ready at once (``None``: the line has none), else a
+    coroutine making it, which runs in a task of its own.
+    """
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        handle_line: LineHandler,
+        take_line: LineHandler,
         oversized: OversizedHandler,
         limits: ConnectionLimits,
         *,
         gate: FairGate | None = None,
         stats: ConnectionStats | None = None,
     ) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._handle_line = handle_line
+        self._take_line = take_line
         self._oversized = oversized
         self._limits = limits
         self._gate = gate if gate is not None else FairGate()
         self._share = Share()
         self._stats = stats if stats is not None else ConnectionStats()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._slot_free = asyncio.Event()
-        self._reading = anyio.CancelScope()
         self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slot_free: asyncio.Future[None] | None = None
+        self._buffer = bytearray()  # what is read and not yet taken: lines waiting, a part line
+        self._discarding = False  # inside the tail of an oversized line
+        self._waiting: asyncio.Task[None] | None = None  # a line waits in it; reading paused
+        self._reading_ended = self._loop.create_future()
+        self._closed = self._loop.create_future()  # the transport is gone
+        self._stopped = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
         self._last_activity = self._loop.time()
         self._line_started: float | None = None  # when the unfinished line's first byte came
         self._paused = False  # waiting for the client to read its answers
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
-        budget = limits.max_unsent_answer_bytes
-        writer.transport.set_write_buffer_limits(high=budget, low=budget // 2)
-        self._pacer = AnswerPacer(writer, budget)
+        self._pacer = AnswerPacer(self)
+
+    # -- what the server calls ------------------------------------------------------------
 
     def stop_reading(self) -> None:
-        """Take no further requests; those already read are still answered."""
-        self._reading.cancel()
+        """Take no further requests; those already read and started are still answered."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+        if self._waiting is not None:
+            self._waiting.cancel()
+        self._end_reading()
 
     async def serve(self) -> None:
-        """Read and answer until end of stream or :meth:`stop_reading`.
+        """Return at end of stream or after :meth:`stop_reading`, once every request
+        started has been answered.
 
         If cancelled from outside, the requests in flight are cancelled too.
         """
         try:
             self._arm(self._last_activity + self._limits.idle_timeout)
-            with self._reading:
-                await self._read_loop()
+            await self._reading_ended
             self._disarm()
-            while self._tasks:
-                await asyncio.wait(set(self._tasks))
+            while self._tasks or (self._waiting is not None and not self._waiting.done()):
+                pending: set[asyncio.Task[None]] = set(self._tasks)
+                if self._waiting is not None and not self._waiting.done():
+                    pending.add(self._waiting)
+                await asyncio.wait(pending)
         finally:
             self._disarm()
+            if self._waiting is not None:
+                self._waiting.cancel()
             for task in self._tasks:
                 task.cancel()
 
-    async def _read_loop(self) -> None:
-        unsent_budget = self._limits.max_unsent_answer_bytes
-        max_pipelined = self._limits.max_pipelined
-        buffer = bytearray()
-        discarding = False  # inside the tail of an oversized line
-        while True:
-            try:
-                if self._writer.transport.get_write_buffer_size() > unsent_budget:
-                    await self._wait_for_unsent_to_fit()
-                chunk = await self._reader.read(_READ_SIZE)
-            except OSError:  # ConnectionResetError included: the client left
-                return
-            if not chunk:
-                return
-            now = self._loop.time()
-            self._last_activity = now
-            complete = b"\n" in chunk
-            if complete:
-                self._line_started = None
-            data: bytes | bytearray
-            if buffer:
-                start = len(buffer)
-                buffer += chunk
-                data = buffer
-            else:  # the usual case: lines are cut from the chunk itself, a copy fewer
-                start = 0
-                data = chunk
-            line_start = 0
-            while (newline := data.find(b"\n", start)) != -1:
-                line = bytes(data[line_start:newline])  # no copy when data is the chunk
-                start = line_start = newline + 1
-                if discarding:
-                    discarding = False
-                elif len(line) > self._limits.max_line_bytes:
-                    await self._admit(len(line))
-                    self._send(self._oversized())
-                elif line.strip():
-                    # The awaits below rarely wait; their conditions are checked here first
-                    # so that a line that need not wait makes no coroutine for them.
-                    if self._writer.transport.get_write_buffer_size() > unsent_budget:
-                        try:
-                            await self._wait_for_unsent_to_fit()
-                        except OSError:
-                            return
-                    if len(self._tasks) >= max_pipelined:
-                        await self._wait_for_slot()
-                    alone = not self._tasks and data.find(b"\n", start) == -1
-                    waiter = self._gate.admit(self._share, line_cost(len(line)), alone=alone)
-                    if waiter is not None:
-                        await waiter
-                    self._spawn(line)
-            if data is buffer:
-                del buffer[:line_start]
-            elif line_start < len(chunk):
-                buffer += memoryview(chunk)[line_start:]
-            if not discarding and len(buffer) > self._limits.max_line_bytes:
-                discarding = True
-                await self._admit(len(buffer))
-                self._send(self._oversized())
-            if discarding:
-                buffer.clear()
-            if buffer or discarding:
-                if complete or self._line_started is None:
-                    # From now, not from the chunk's arrival: while the lines before it
-                    # waited for their turn, the sidecar was not reading.
-                    self._start_line_clock(self._loop.time())
-            else:
-                self._line_started = None
+    async def close(self, grace: float) -> None:
+        """Close the connection after flushing its buffered answers, waiting at most
+        ``grace`` seconds for a client that does not read; what is left is dropped."""
+        transport = self._transport
+        if transport is None:
+            return
+        transport.close()
+        if not self._closed.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._closed), grace)
+        transport.abort()
 
-    async def _admit(self, size: int, *, alone: bool = False) -> None:
-        waiter = self._gate.admit(self._share, line_cost(size), alone=alone)
+    def unsent_fits(self) -> bool:
+        """Whether the answers the client has not read fit ``max_unsent_answer_bytes``."""
+        transport = self._transport
+        return (
+            transport is None
+            or transport.get_write_buffer_size() <= self._limits.max_unsent_answer_bytes
+        )
+
+    async def drain(self) -> None:
+        """Return once the transport's unread answers are back under its low-water mark.
+
+        :raises ConnectionResetError: the client left (before or while we waited).
+        """
+        if self._closed.done() or self._transport is None or self._transport.is_closing():
+            raise ConnectionResetError("the client left")
+        if not self._write_paused:
+            return
+        waiter = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports have the methods without subclassing asyncio.Transport.
+        self._transport = transport = cast(asyncio.Transport, transport)
+        budget = self._limits.max_unsent_answer_bytes
+        transport.set_write_buffer_limits(high=budget, low=budget // 2)
+        if self._stopped:
+            transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+        self._wake_drains(ConnectionResetError("the client left"))
+        if self._waiting is not None:
+            self._waiting.cancel()
+        self._end_reading()
+
+    def eof_received(self) -> bool:
+        # Keep the transport open: the answers to lines already read still go out.
+        self._end_reading()
+        return True
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drains(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._stopped:
+            return
+        now = self._loop.time()
+        self._last_activity = now
+        complete = b"\n" in data
+        if complete:
+            self._line_started = None
+        if self._buffer or self._waiting is not None:
+            self._buffer += data
+            if self._waiting is None:
+                self._take_lines(self._buffer, complete)
+        else:  # the usual case: lines are cut from the chunk itself, a copy fewer
+            self._take_lines(data, complete)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _take_lines(self, data: bytes | bytearray, complete: bool = True) -> None:
+        """Start every complete line of ``data`` (a chunk, or the buffer with the chunk
+        added), until one must wait; keep the rest in the buffer.
+
+        A line that must wait gets a task (:meth:`_wait_and_go_on`) and reading pauses until
+        it is started; the lines behind it stay in the buffer.
+        """
+        limits = self._limits
+        start = 0
+        while (newline := data.find(b"\n", start)) != -1:
+            line = bytes(data[start:newline])
+            start = newline + 1
+            if self._discarding:
+                self._discarding = False
+                continue
+            if len(line) > limits.max_line_bytes:
+                waiter = self._gate.admit(self._share, line_cost(len(line)))
+                if waiter is not None:
+                    self._keep(data, start)
+                    self._wait(self._send_oversized_after(waiter))
+                    return
+                self._send(self._oversized())
+                continue
+            if not line.strip():
+                continue
+            if self.unsent_fits() and len(self._tasks) < limits.max_pipelined:
+                alone = not self._tasks and data.find(b"\n", start) == -1
+                waiter = self._gate.admit(self._share, line_cost(len(line)), alone=alone)
+                if waiter is None:
+                    self._start(line)
+                    continue
+            else:
+                waiter = None
+            self._keep(data, start)
+            self._wait(self._start_when_admitted(line, waiter))
+            return
+        self._keep(data, start)
+        buffer = self._buffer
+        if not self._discarding and len(buffer) > limits.max_line_bytes:
+            self._discarding = True
+            cost = line_cost(len(buffer))
+            buffer.clear()
+            self._clock_part_line(complete)
+            waiter = self._gate.admit(self._share, cost)
+            if waiter is not None:
+                self._wait(self._send_oversized_after(waiter))
+                return
+            self._send(self._oversized())
+            return
+        if self._discarding:
+            buffer.clear()
+        if buffer or self._discarding:
+            self._clock_part_line(complete)
+        else:
+            self._line_started = None
+
+    def _keep(self, data: bytes | bytearray, start: int) -> None:
+        """Make the buffer what ``data`` holds from ``start`` on."""
+        if data is self._buffer:
+            del self._buffer[:start]
+        elif start < len(data):
+            self._buffer += memoryview(data)[start:]
+
+    def _clock_part_line(self, complete: bool) -> None:
+        if complete or self._line_started is None:
+            # From now, not from the chunk's arrival: while the lines before it waited
+            # for their turn, the sidecar was not reading.
+            self._start_line_clock(self._loop.time())
+
+    def _wait(self, waiting: Coroutine[Any, Any, None]) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+        self._waiting = self._loop.create_task(self._wait_and_go_on(waiting))
+
+    async def _wait_and_go_on(self, waiting: Coroutine[Any, Any, None]) -> None:
+        try:
+            await waiting
+        except OSError:  # ConnectionResetError included: the client left
+            self._end_reading()
+            return
+        self._waiting = None
+        if self._stopped or self._closed.done():
+            return
+        self._take_lines(self._buffer)
+        transport = self._transport
+        if self._waiting is None and transport is not None and not transport.is_closing():
+            transport.resume_reading()
+
+    async def _send_oversized_after(self, waiter: asyncio.Future[None]) -> None:
+        await waiter
+        self._send(self._oversized())
+
+    async def _start_when_admitted(self, line: bytes, waiter: asyncio.Future[None] | None) -> None:
+        """Wait for room (unread answers, pipelined requests), then for the line's turn.
+
+        :raises ConnectionResetError: the client left while the line waited.
+        """
+        if waiter is None:
+            if not self.unsent_fits():
+                await self._wait_for_unsent_to_fit()
+            while len(self._tasks) >= self._limits.max_pipelined:
+                self._slot_free = self._loop.create_future()
+                await self._slot_free
+            alone = not self._tasks and self._buffer.find(b"\n") == -1
+            waiter = self._gate.admit(self._share, line_cost(len(line)), alone=alone)
         if waiter is not None:
             await waiter
+        self._start(line)
 
     async def _wait_for_unsent_to_fit(self) -> None:
         """Back-pressure: return once the unread answers fit the budget.
 
         :raises ConnectionResetError: the client left while we waited.
         """
-        if self._writer.transport.get_write_buffer_size() <= self._limits.max_unsent_answer_bytes:
-            return
         self._stats.read_pauses += 1
         self._paused = True
         try:
             # The transport's low-water mark (half the budget) wakes this.
-            await self._writer.drain()
+            while not self.unsent_fits():
+                await self.drain()
         finally:
             self._paused = False
             if self._line_started is not None:
                 # The line stood still because we did not read it: its clock starts over.
                 self._start_line_clock(self._loop.time())
 
-    async def _wait_for_slot(self) -> None:
-        while len(self._tasks) >= self._limits.max_pipelined:
-            self._slot_free.clear()
-            await self._slot_free.wait()
+    def _end_reading(self) -> None:
+        if not self._reading_ended.done():
+            self._reading_ended.set_result(None)
 
-    def _spawn(self, line: bytes) -> None:
-        task = self._loop.create_task(self._answer(line))
+    def _wake_drains(self, exc: Exception | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
+    # -- answering ------------------------------------------------------------------------
+
+    def _start(self, line: bytes) -> None:
+        answer = self._take_line(line, self._pacer)
+        if answer is None or type(answer) is bytes:
+            if answer is not None:
+                self._send(answer)
+            return
+        assert not isinstance(answer, bytes)
+        task = self._loop.create_task(self._answer(answer))
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slot_free.set()
+        if self._slot_free is not None and not self._slot_free.done():
+            self._slot_free.set_result(None)
         self._last_activity = self._loop.time()
 
-    async def _answer(self, line: bytes) -> None:
+    async def _answer(self, making: Coroutine[Any, Any, bytes | None]) -> None:
         try:
-            response = await self._handle_line(line, self._pacer)
+            response = await making
         except OSError:  # the client left while the request waited for its answers to go
             return
         if response is not None:
@@ -259,9 +414,8 @@ class Connection:
         # A transport write never blocks and keeps order; if the client left, the answer
         # has nowhere to go and is dropped. What piles up unread is bounded by the reading
         # side (``_wait_for_unsent_to_fit``), not here: an answer, once made, is kept.
-        # The transport itself: StreamWriter.write and is_closing only forward to it.
-        transport = self._writer.transport
-        if not transport.is_closing():
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
             transport.write(data)
 
     # -- timeouts: one timer per connection, moved only when a deadline comes earlier ----
@@ -304,7 +458,7 @@ class Connection:
         self._arm(min(idle_deadline, line_deadline))
 
     def _expire(self, reason: str) -> None:
-        if self._reading.cancel_called:
+        if self._stopped:
             return
         if reason == "idle":
             self._stats.closed_idle += 1

@@ -58,6 +58,7 @@ def _load_submodules() -> dict[str, ModuleType]:
 
 if TYPE_CHECKING:
     from jsonrpcserver.async_dispatcher import call
+    from jsonrpcserver.dispatcher import call as call_at_once
     from jsonrpcserver.dispatcher import create_request, to_response
     from jsonrpcserver.exceptions import JsonRpcError
     from jsonrpcserver.result import Success
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 else:
     _modules = _load_submodules()
     call = _modules["async_dispatcher"].call
+    call_at_once = _modules["dispatcher"].call
     create_request = _modules["dispatcher"].create_request
     to_response = _modules["dispatcher"].to_response
     JsonRpcError = _modules["exceptions"].JsonRpcError
@@ -72,4 +74,13 @@ else:
     NOID = _modules["sentinels"].NOID
     del _modules
 
-__all__ = ["NOID", "JsonRpcError", "Left", "Success", "call", "create_request", "to_response"]
+__all__ = [
+    "NOID",
+    "JsonRpcError",
+    "Left",
+    "Success",
+    "call",
+    "call_at_once",
+    "create_request",
+    "to_response",
+]
