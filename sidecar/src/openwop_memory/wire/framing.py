@@ -111,6 +111,10 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Requests started and not yet answered. Counted apart from ``_tasks``: a task
+        # leaves that set only in a done callback, a loop turn after its answer went out,
+        # and the client's next line can come before that; it must find the request over.
+        self._unanswered = 0
         self._slot_free: asyncio.Future[None] | None = None
         self._buffer = bytearray()  # what is read and not yet taken: lines waiting, a part line
         self._discarding = False  # inside the tail of an oversized line
@@ -267,8 +271,8 @@ class Connection(asyncio.Protocol):
                 continue
             if not line.strip():
                 continue
-            if self.unsent_fits() and len(self._tasks) < limits.max_pipelined:
-                alone = not self._tasks and data.find(b"\n", start) == -1
+            if self.unsent_fits() and self._unanswered < limits.max_pipelined:
+                alone = not self._unanswered and data.find(b"\n", start) == -1
                 waiter = self._gate.admit(self._share, line_cost(len(line)), alone=alone)
                 if waiter is None:
                     self._start(line)
@@ -343,10 +347,10 @@ class Connection(asyncio.Protocol):
         if waiter is None:
             if not self.unsent_fits():
                 await self._wait_for_unsent_to_fit()
-            while len(self._tasks) >= self._limits.max_pipelined:
+            while self._unanswered >= self._limits.max_pipelined:
                 self._slot_free = self._loop.create_future()
                 await self._slot_free
-            alone = not self._tasks and self._buffer.find(b"\n") == -1
+            alone = not self._unanswered and self._buffer.find(b"\n") == -1
             waiter = self._gate.admit(self._share, line_cost(len(line)), alone=alone)
         if waiter is not None:
             await waiter
@@ -392,23 +396,24 @@ class Connection(asyncio.Protocol):
                 self._send(answer)
             return
         assert not isinstance(answer, bytes)
+        self._unanswered += 1
         task = self._loop.create_task(self._answer(answer))
         self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._slot_free is not None and not self._slot_free.done():
-            self._slot_free.set_result(None)
-        self._last_activity = self._loop.time()
+        task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, making: Coroutine[Any, Any, bytes | None]) -> None:
         try:
             response = await making
         except OSError:  # the client left while the request waited for its answers to go
             return
-        if response is not None:
-            self._send(response)
+        else:
+            if response is not None:
+                self._send(response)
+        finally:
+            self._unanswered -= 1
+            if self._slot_free is not None and not self._slot_free.done():
+                self._slot_free.set_result(None)
+            self._last_activity = self._loop.time()
 
     def _send(self, data: bytes) -> None:
         # A transport write never blocks and keeps order; if the client left, the answer
@@ -450,7 +455,7 @@ class Connection(asyncio.Protocol):
                 self._expire("partial_line")
                 return
         idle_deadline = self._last_activity + limits.idle_timeout
-        if self._tasks:
+        if self._unanswered:
             idle_deadline = max(idle_deadline, now + limits.idle_timeout)
         elif now >= idle_deadline:
             self._expire("idle")
@@ -464,5 +469,5 @@ class Connection(asyncio.Protocol):
             self._stats.closed_idle += 1
         else:
             self._stats.closed_partial_line += 1
-        log.info("connection_closed", reason=reason, requests_in_progress=len(self._tasks))
+        log.info("connection_closed", reason=reason, requests_in_progress=self._unanswered)
         self.stop_reading()
