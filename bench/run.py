@@ -29,6 +29,7 @@ import orjson
 
 from bench.lean_client import ProtocolFailure, RpcError
 from bench.measure import BenchFailure
+from bench.metrics_bench import run as run_metrics
 from bench.postgresql_bench import PostgresqlBenchConfig
 from bench.postgresql_bench import run as run_postgresql
 from bench.proc import ServerFailed
@@ -107,11 +108,17 @@ async def redaction_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_redaction(config)
 
 
+async def metrics_suite(options: Options, workdir: Path) -> SuiteResult:
+    """Counting and timing a request, in process (no files either)."""
+    return await run_metrics(options.quick)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
 SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
     ("postgresql", postgresql_suite),
     ("redaction", redaction_suite),
+    ("metrics", metrics_suite),
 ]
 
 

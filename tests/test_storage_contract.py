@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from openwop_memory.domain import SweepHorizons
+from openwop_memory.domain import NotNow, SweepHorizons
 from openwop_memory.storage.base import (
     BeginOutcome,
     EntryRow,
@@ -490,3 +490,43 @@ async def test_clock_is_now(store: Storage) -> None:
     first = store.clock_us()
     assert abs(first - now_us()) < SECOND
     assert store.clock_us() >= first
+
+
+async def test_get_now_answers_as_get_does_or_not_now(store: Storage) -> None:
+    """A backend may decline to read without waiting; when it answers, the answer is get's,
+    snapshot, scope, deletion and expiry included."""
+    kept = await stored(store, request(A, "kept"))
+    doomed = await stored(store, request(A, "doomed"))
+    short = await stored(store, request(A, "short", expires_us=now_us() + DAY))
+    old = await begun(store, "run-now-old")
+    newer = await stored(store, request(A, "newer"))
+    assert await store.delete(scope=A, entry_id=doomed.id, now_us=now_us()) is True
+    new = await begun(store, "run-now-new")
+    answered = 0
+    for run in (old, new):
+        for scope in (A, A2, B):
+            for entry_id in (kept.id, doomed.id, short.id, newer.id, "mem_unknown"):
+                for at in (now_us(), now_us() + 2 * DAY):
+                    now = store.get_now(
+                        scope=scope, snapshot=run.snapshot, now_us=at, entry_id=entry_id
+                    )
+                    if isinstance(now, NotNow):
+                        continue
+                    answered += 1
+                    assert now == await store.get(
+                        scope=scope, snapshot=run.snapshot, now_us=at, entry_id=entry_id
+                    )
+    assert answered in (0, 2 * 3 * 5 * 2), "a backend answers every such read or none"
+
+
+async def test_gauges_report_sizes_and_commits(store: Storage, backend: Backend) -> None:
+    for i in range(3):
+        await stored(store, request(A, f"gauged {i}"))
+    gauges = await store.gauges()
+    assert gauges.database_bytes is not None and gauges.database_bytes > 0
+    if backend.name == "sqlite":
+        assert gauges.entries_estimate is not None and gauges.entries_estimate >= 3
+        assert gauges.wal_bytes is not None
+        assert gauges.commits is not None and gauges.commits >= 1
+        assert gauges.committed_writes is not None and gauges.committed_writes >= 3
+        assert gauges.scopes_estimate is not None and gauges.scopes_estimate >= 1

@@ -1,7 +1,8 @@
-"""``openwop-memory serve`` and ``openwop-memory health``.
+"""``openwop-memory serve``, ``openwop-memory health`` and ``openwop-memory metrics``.
 
 Exit codes: ``serve`` 0 after a graceful stop, 1 when it cannot start (the message says
 why), 128+N after a second signal N. ``health`` 0 healthy, 1 degraded, 2 nothing answers.
+``metrics`` 0 with the Prometheus page on stdout, 2 nothing answers.
 
 ``health`` is a probe run every few seconds by Kubernetes or systemd, so its path imports
 only the standard library (the server stack takes most of a second to import).
@@ -15,6 +16,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 
@@ -26,11 +28,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["health"]:
         health_args = _health_parser().parse_args(args[1:])
         return health(_health_socket(health_args), health_args.timeout)
+    if args[:1] == ["metrics"]:
+        metrics_args = _health_parser(prog="openwop-memory metrics").parse_args(args[1:])
+        return metrics(_health_socket(metrics_args), metrics_args.timeout)
     return _serve_main(args)
 
 
-def _health_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="openwop-memory health")
+def _health_parser(
+    parser: argparse.ArgumentParser | None = None, prog: str = "openwop-memory health"
+) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog=prog)
     parser.add_argument("--socket", default=None, help="socket path (OPENWOP_MEMORY_SOCKET)")
     parser.add_argument("--config", default=None, help="TOML file to read `socket` from")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait")
@@ -97,6 +104,7 @@ def _serve_main(argv: list[str]) -> int:
             flag_of(old), dest=old, default=None, help=f"deprecated: use {flag_of(new)}"
         )
     _health_parser(sub.add_parser("health", help="ask a running sidecar whether it is healthy"))
+    _health_parser(sub.add_parser("metrics", help="print a running sidecar's Prometheus metrics"))
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
     deprecations: list[DeprecatedSpelling] = []
@@ -127,23 +135,48 @@ def _serve_main(argv: list[str]) -> int:
 
 def health(socket_path: str, timeout: float) -> int:
     """Exit status for ``openwop-memory health``: 0 ok, 1 degraded, 2 nothing answers."""
-    request = {"jsonrpc": "2.0", "id": 1, "method": "sidecar.health", "params": {}}
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(socket_path)
-            s.sendall(json.dumps(request).encode() + b"\n")
-            with s.makefile("rb") as f:
-                answer = json.loads(f.readline())
-        status = answer["result"]["status"]
+        result = _ask(socket_path, "sidecar.health", timeout)
+        status = result["status"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(
             f"openwop-memory: no healthy answer on {socket_path}: {type(exc).__name__}",
             file=sys.stderr,
         )
         return 2
-    print(json.dumps(answer["result"]))
+    print(json.dumps(result))
     return 0 if status == "ok" else 1
+
+
+def metrics(socket_path: str, timeout: float) -> int:
+    """Exit status for ``openwop-memory metrics``: 0 (the page printed), 2 nothing answers."""
+    try:
+        text = _ask(socket_path, "sidecar.metrics", timeout)["text"]
+        if not isinstance(text, str):
+            raise TypeError("text")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(
+            f"openwop-memory: no metrics from {socket_path}: {type(exc).__name__}", file=sys.stderr
+        )
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+def _ask(socket_path: str, method: str, timeout: float) -> Any:
+    """The result of one request without params.
+
+    :raises OSError: no connection or no answer in time.
+    :raises ValueError: the answer is not JSON.
+    :raises KeyError: the answer is an error.
+    """
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(socket_path)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        with s.makefile("rb") as f:
+            return json.loads(f.readline())["result"]
 
 
 if __name__ == "__main__":

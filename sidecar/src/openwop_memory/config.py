@@ -23,7 +23,14 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 from pydantic.fields import FieldInfo
 
 from .storage.registry import SCHEMES
@@ -43,6 +50,25 @@ def _duration(value: Any) -> Any:
         if m is None:
             raise ValueError("expected seconds or a duration such as 500ms, 60s, 5m, 2h, 7d")
         return float(m.group(1)) * _UNITS[m.group(2)]
+    return value
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as a pair.
+
+    :raises ValueError: not of that form, or the port is not 0-65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError("expected host:port, such as 127.0.0.1:9464")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def _address(value: Any) -> Any:
+    if isinstance(value, str):
+        host_and_port(value)
     return value
 
 
@@ -242,6 +268,11 @@ class Settings(BaseModel):
         0.5,
         description="a request taking this long or longer gets a warning line whatever "
         "access_log says; 0 logs no request for being slow",
+    )
+    metrics_address: Annotated[str | None, AfterValidator(_address)] = Field(
+        None,
+        description="host:port of an HTTP listener serving Prometheus metrics at /metrics "
+        "(127.0.0.1:9464; 0.0.0.0:9464 in a pod); not set: no listener",
     )
 
 

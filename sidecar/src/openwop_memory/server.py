@@ -34,8 +34,9 @@ import structlog
 
 from . import __version__, gcpolicy
 from .app import App, open_app
-from .config import Settings
+from .config import Settings, host_and_port
 from .errors import StartupError
+from .wire import metrics_http
 from .wire.binding import TenantBinding, peer_of
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
@@ -72,11 +73,34 @@ async def serve(settings: Settings) -> None:
     _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
     app = await open_app(settings)
     try:
-        listener = await _listen(settings)
+        metrics = await _listen_for_metrics(settings)
+        try:
+            listener = await _listen(settings)
+        except BaseException:
+            if metrics is not None:
+                await metrics.aclose()
+            raise
     except BaseException:
         await app.aclose()
         raise
-    await Server(settings, app).run(listener)
+    await Server(settings, app).run(listener, metrics)
+
+
+async def _listen_for_metrics(settings: Settings) -> metrics_http.MetricsListener | None:
+    """The metrics listener at ``metrics_address``, or None when it is not set.
+
+    :raises StartupError: the address cannot be bound.
+    """
+    if settings.metrics_address is None:
+        return None
+    host, port = host_and_port(settings.metrics_address)
+    try:
+        return await metrics_http.listen(host, port)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(
+            f"cannot listen for metrics on {settings.metrics_address}: {reason}"
+        ) from None
 
 
 async def _listen(settings: Settings) -> anyio.abc.SocketListener:
@@ -186,13 +210,20 @@ class Server:
             self._drain_deadline = anyio.current_time() + self.settings.drain_timeout
         self._stop.set()
 
-    async def run(self, listener: anyio.abc.SocketListener) -> None:
-        """Serve on ``listener`` until a stop is requested, then shut down gracefully: close
-        the app (flushing the storage), remove the socket, log ``stopped``."""
+    async def run(
+        self,
+        listener: anyio.abc.SocketListener,
+        metrics: metrics_http.MetricsListener | None = None,
+    ) -> None:
+        """Serve on ``listener`` (and scrapes on ``metrics``) until a stop is requested,
+        then shut down gracefully: close the app (flushing the storage), remove the
+        socket, log ``stopped``."""
         gcpolicy.settle_after_startup()
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
+                if metrics is not None:
+                    tg.start_soon(metrics_http.serve_metrics, metrics, self.app.service.metrics)
                 secrets_directory = self.app.secrets_directory
                 if secrets_directory is not None:
                     tg.start_soon(secrets_directory.watch, self.settings.secrets_poll_interval)

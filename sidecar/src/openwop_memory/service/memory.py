@@ -43,11 +43,13 @@ from ..storage.base import (
     PutOutcome,
     RunRecord,
     Storage,
+    StorageGauges,
     SweepCounts,
 )
 from ..timefmt import format_us
 from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
+from .metrics import render as render_metrics
 from .put_policy import PutPolicy, RedactionPolicy
 from .refs import RefCodec
 from .runs import RunHandle, RunRegistry, merged_values
@@ -386,10 +388,26 @@ class MemoryService:
         }
 
     def stats_snapshot(self) -> dict[str, Any]:
-        gauges = KeyringGauges(
+        return self.stats.snapshot(active_runs=len(self._runs), keyrings=self._keyring_gauges())
+
+    async def metrics(self) -> bytes:
+        """The Prometheus metrics page (see :mod:`.metrics`); never raises for a failing
+        storage (its gauges are then left out)."""
+        try:
+            gauges: StorageGauges | None = await self._storage.gauges()
+        except Exception:  # noqa: BLE001 - a scrape must answer whatever the storage says
+            gauges = None
+        return render_metrics(
+            self.stats,
+            open_runs=len(self._runs),
+            keyrings=self._keyring_gauges(),
+            storage=gauges,
+        )
+
+    def _keyring_gauges(self) -> KeyringGauges:
+        return KeyringGauges(
             self._keyring_budget.held, self._keyrings.host_keyrings_cached, self._runs.evicted
         )
-        return self.stats.snapshot(active_runs=len(self._runs), keyrings=gauges)
 
     async def sweep(self, batch_size: int) -> SweepCounts:
         """Keep this process's open runs retained (touch them), then remove what expired or

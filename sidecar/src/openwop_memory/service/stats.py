@@ -1,9 +1,26 @@
-"""Content-free counters for ``sidecar.stats``."""
+"""Content-free counters for ``sidecar.stats`` and the Prometheus metrics."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+
+# Upper bounds (seconds, inclusive) of the request-duration histogram's buckets; a last,
+# unbounded bucket follows. From a cached get (tens of µs) to a stalled disk (seconds).
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+
+
+@dataclass
+class Latency:
+    """One method's request durations: per-bucket counts (not cumulative; the last is
+    the unbounded bucket) and their sum in seconds."""
+
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -48,10 +65,18 @@ class Stats:
     sweeps: int = 0
     sweep_failures: int = 0
     connections: ConnectionStats = field(default_factory=ConnectionStats)
+    latency: defaultdict[str, Latency] = field(default_factory=lambda: defaultdict(Latency))
 
     def count(self, method: str, outcome: str) -> None:
         """Count one request of ``method`` that ended in ``outcome`` (``ok`` or an error code)."""
         self.requests[method][outcome] += 1
+
+    def observe(self, method: str, outcome: str, seconds: float) -> None:
+        """:meth:`count`, and the request's duration in ``method``'s histogram."""
+        self.requests[method][outcome] += 1
+        latency = self.latency[method]
+        latency.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency.total_seconds += seconds
 
     def snapshot(self, active_runs: int, keyrings: KeyringGauges) -> dict[str, object]:
         return {

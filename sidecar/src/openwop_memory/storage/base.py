@@ -193,6 +193,22 @@ class StorageHealth:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class StorageGauges:
+    """What a backend can tell cheaply about its size and its commits, for the metrics.
+
+    The estimates are upper bounds read from indexes, not counts: they include rows that
+    are deleted but not yet purged. ``None``: the backend does not know it.
+    """
+
+    database_bytes: int | None = None
+    wal_bytes: int | None = None
+    entries_estimate: int | None = None
+    scopes_estimate: int | None = None
+    commits: int | None = None  # transactions committed by this process
+    committed_writes: int | None = None  # writes those commits carried (group commits)
+
+
 class Storage(Protocol):
     """A memory store with snapshot reads. Implementations: SQLite (PostgreSQL to come)."""
 
@@ -272,6 +288,9 @@ class Storage(Protocol):
         entry goes once no remaining snapshot can see it. A failing step is recorded in
         ``errors`` and the other steps still run.
         """
+
+    async def gauges(self) -> StorageGauges:
+        """Sizes and commit counts for the metrics; cheap (no table scan)."""
 
     async def health(self) -> StorageHealth:
         """A content-free description of the backend; raises if it cannot answer.

@@ -50,6 +50,7 @@ from .base import (
     RunRecord,
     Scope,
     Snapshot,
+    StorageGauges,
     StorageHealth,
     StorageStartupError,
     SweepCounts,
@@ -549,6 +550,26 @@ class PostgresqlStorage:
                 if removed < batch_size:
                     break
         return counts
+
+    async def gauges(self) -> StorageGauges:
+        async def read(conn: Conn) -> Any:
+            # reltuples is the planner's estimate (-1 before the table's first ANALYZE).
+            return await conn.fetchrow(
+                "SELECT pg_database_size(current_database()) AS size,"
+                " (SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass) AS entries,"
+                " (SELECT reltuples FROM pg_class WHERE oid = 'scopes'::regclass) AS scopes"
+            )
+
+        row = await self._read(read)
+
+        def estimate(value: float) -> int | None:
+            return None if value < 0 else int(value)
+
+        return StorageGauges(
+            database_bytes=int(row["size"]),
+            entries_estimate=estimate(row["entries"]),
+            scopes_estimate=estimate(row["scopes"]),
+        )
 
     async def health(self) -> StorageHealth:
         """``writes_failing`` (and ``lastWriteError``) while the latest write failed; a health

@@ -56,6 +56,7 @@ from .base import (
     RunRecord,
     Scope,
     Snapshot,
+    StorageGauges,
     StorageHealth,
     StorageStartupError,
     SweepCounts,
@@ -604,6 +605,30 @@ class SqliteStorage:
         with contextlib.suppress(MemoryServiceError):
             await self._writer.checkpoint("PASSIVE")
         return counts
+
+    async def gauges(self) -> StorageGauges:
+        sizes: list[int | None] = []
+        for path in (self.path, f"{self.path}-wal"):
+            try:
+                sizes.append(os.stat(path).st_size)
+            except OSError:
+                sizes.append(None)
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                # Upper bounds from the rowid order alone: no scan.
+                "SELECT (SELECT max(seq) - min(seq) + 1 FROM entries),"
+                " (SELECT max(scope_pk) FROM scopes)",
+            )
+        entries, scopes = rows[0]
+        return StorageGauges(
+            database_bytes=sizes[0],
+            wal_bytes=sizes[1],
+            entries_estimate=entries or 0,
+            scopes_estimate=scopes or 0,
+            commits=self._writer.commits,
+            committed_writes=self._writer.committed_ops,
+        )
 
     async def health(self) -> StorageHealth:
         """The backend's state; ``problems`` lists what makes it degraded (empty when ok):

@@ -237,6 +237,8 @@ class GroupCommit:
         # Write health, read by the event loop (see ``problems``).
         self._failing_since: float | None = None
         self._failure_reason = ""
+        self.commits = 0  # transactions committed, for the metrics
+        self.committed_ops = 0  # the ops they carried
         self._commit_started: float | None = None
         self._thread = WriterThread("openwop-memory-writer")
         self._checkpoints = WriterThread("openwop-memory-checkpoint")
@@ -540,6 +542,9 @@ class GroupCommit:
             if fault is not None:
                 fault("commit")
             conn.execute("COMMIT")
+            # Plain int updates: the GIL makes them safe from the writer thread too.
+            self.commits += 1
+            self.committed_ops += len(batch)
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")

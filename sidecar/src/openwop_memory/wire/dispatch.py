@@ -48,6 +48,7 @@ from openwop_memory_client.wire import (
 
 from ..domain import NOT_NOW, NotNow
 from ..service.memory import MemoryService
+from ..service.metrics import CONTENT_TYPE
 from .access_log import AccessLog
 from .binding import permits
 from .jsonrpc_parts import (
@@ -95,6 +96,7 @@ _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
     "memory.delete": (DeleteParams, lambda s, p: s.delete(p)),
     "sidecar.health": (EmptyParams, lambda s, p: s.health()),
     "sidecar.stats": (EmptyParams, lambda s, p: s.stats_snapshot()),
+    "sidecar.metrics": (EmptyParams, lambda s, p: _metrics_answer(s)),
 }
 # The methods that may answer without waiting, in the form that does: a call returns the
 # result, or NOT_NOW when this one must wait after all (then the handler above runs).
@@ -105,6 +107,10 @@ _AT_ONCE: dict[str, Handler] = {
     },
     "memory.get": lambda s, p: s.get_now(p),
 }
+
+
+async def _metrics_answer(service: MemoryService) -> dict[str, str]:
+    return {"contentType": CONTENT_TYPE, "text": (await service.metrics()).decode()}
 
 
 def validation_error_from(exc: pydantic.ValidationError) -> ValidationError:
@@ -413,8 +419,8 @@ class Dispatcher:
         return self._to_wire(to_response(rpc_request, result))
 
     def _account(self, method: str, outcome: str, started: float, request_id: Any) -> None:
-        self.service.stats.count(method, outcome)
         seconds = time.perf_counter() - started
+        self.service.stats.observe(method, outcome, seconds)
         access_log = self.access_log
         if access_log.wants(outcome, seconds):
             access_log.write(method, outcome, seconds, request_id)

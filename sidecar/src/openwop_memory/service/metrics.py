@@ -1,0 +1,152 @@
+"""The sidecar's counters as Prometheus metrics (text exposition format 0.0.4).
+
+Everything is read from what the sidecar counts anyway (:class:`~.stats.Stats`, the
+keyring budget, the storage's :class:`~openwop_memory.storage.base.StorageGauges`) at the
+moment of a scrape, so metrics add nothing to a request beyond ``Stats.observe``. Names
+follow Prometheus conventions: a ``openwop_memory_`` prefix, base units in the name
+(``_seconds``, ``_bytes``), ``_total`` on counters. No label carries a tenant, a run, a
+ref or content: label values are method names and error codes, a closed set.
+
+``prometheus_client`` is imported on the first scrape, so a sidecar nobody scrapes does not
+load it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..storage.base import StorageGauges
+from .stats import LATENCY_BUCKETS, KeyringGauges, Stats
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREFIX = "openwop_memory_"
+
+
+def render(
+    stats: Stats, *, open_runs: int, keyrings: KeyringGauges, storage: StorageGauges | None
+) -> bytes:
+    """The metrics page: the sidecar's own metrics, then the process's (memory, CPU, file
+    descriptors, from ``/proc``). ``storage`` is ``None`` when the backend could not answer;
+    ``openwop_memory_storage_up`` is then 0 and the storage gauges are left out."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+
+    class _Collector:
+        def collect(self) -> Iterator[Metric]:
+            return _families(stats, open_runs, keyrings, storage)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector())
+    ProcessCollector(registry=registry)
+    return generate_latest(registry)
+
+
+def _families(
+    stats: Stats, open_runs: int, keyrings: KeyringGauges, storage: StorageGauges | None
+) -> Iterator[Metric]:
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
+    def counter(name: str, doc: str, value: int) -> CounterMetricFamily:
+        return CounterMetricFamily(PREFIX + name, doc, value=value)
+
+    def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+        return GaugeMetricFamily(PREFIX + name, doc, value=value)
+
+    info = GaugeMetricFamily(PREFIX + "build_info", "The sidecar's version.", labels=["version"])
+    info.add_metric([__version__], 1)
+    yield info
+
+    requests = CounterMetricFamily(
+        PREFIX + "requests",
+        "Requests by method and outcome (ok, or the error code answered).",
+        labels=["method", "outcome"],
+    )
+    for method, outcomes in sorted(stats.requests.items()):
+        for outcome, n in sorted(outcomes.items()):
+            requests.add_metric([method, outcome], n)
+    yield requests
+
+    durations = HistogramMetricFamily(
+        PREFIX + "request_duration_seconds",
+        "Time from a request's start to its answer, by method.",
+        labels=["method"],
+    )
+    bounds = [*(repr(b) for b in LATENCY_BUCKETS), "+Inf"]
+    for method, latency in sorted(stats.latency.items()):
+        cumulative, running = [], 0
+        for bound, n in zip(bounds, latency.buckets, strict=True):
+            running += n
+            cumulative.append((bound, running))
+        durations.add_metric([method], cumulative, latency.total_seconds)
+    yield durations
+
+    yield gauge("open_runs", "Runs open in this process.", open_runs)
+    yield counter("runs_evicted", "Open runs dropped to bound memory.", keyrings.runs_evicted)
+    yield gauge(
+        "keyring_memory_bytes", "Estimated memory of compiled keyrings.", keyrings.memory_bytes
+    )
+    yield gauge("host_keyrings", "Host keyrings cached.", keyrings.host_keyrings)
+    yield counter(
+        "redactions", "Secret occurrences redacted from entries before storage.",
+        stats.redactions_applied,
+    )  # fmt: skip
+    yield counter("sweeps", "Sweeper passes.", stats.sweeps)
+    yield counter("sweep_failures", "Sweeper passes that failed.", stats.sweep_failures)
+    yield counter("swept_entries", "Expired entries the sweeper removed.", stats.entries_swept)
+    yield counter(
+        "purged_tombstones", "Deleted entries purged once no snapshot saw them.",
+        stats.tombstones_purged,
+    )  # fmt: skip
+
+    conns = stats.connections
+    yield gauge("connections_open", "Client connections open.", conns.open)
+    for name, doc, value in (
+        ("connections_accepted", "Connections accepted.", conns.accepted),
+        ("connections_refused", "Connections refused past max_connections.", conns.refused),
+        ("connections_closed_idle", "Connections closed for idleness.", conns.closed_idle),
+        (
+            "connections_closed_partial_line",
+            "Connections closed for a line left unfinished too long.",
+            conns.closed_partial_line,
+        ),
+        ("accept_failures", "Accepts that failed for want of descriptors.", conns.accept_failures),
+        ("read_pauses", "Times a client's unread answers paused its reading.", conns.read_pauses),
+    ):
+        yield counter(name, doc, value)
+
+    yield gauge(
+        "storage_up",
+        "1 when the storage answered this scrape, else 0.",
+        0 if storage is None else 1,
+    )
+    if storage is None:
+        return
+    sizes: tuple[tuple[str, str, int | None], ...] = (
+        ("database_bytes", "Size of the database (SQLite: the main file).", storage.database_bytes),
+        ("wal_bytes", "Size of SQLite's write-ahead log.", storage.wal_bytes),
+        (
+            "entries_estimate",
+            "Entries stored, an upper bound (deleted but unpurged ones included).",
+            storage.entries_estimate,
+        ),
+        ("scopes_estimate", "Scopes stored, an upper bound.", storage.scopes_estimate),
+    )
+    for name, doc, size in sizes:
+        if size is not None:
+            yield gauge(name, doc, size)
+    if storage.commits is not None:
+        yield counter("commits", "Write transactions this process committed.", storage.commits)
+    if storage.committed_writes is not None:
+        yield counter(
+            "committed_writes",
+            "Writes those transactions carried (over commits: the group-commit batch size).",
+            storage.committed_writes,
+        )

@@ -1,0 +1,175 @@
+"""Prometheus metrics: the page a real sidecar serves over HTTP and over its socket, parsed
+with ``prometheus_client``'s own parser; counters that move as requests are sent."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openwop_memory.service.stats import LATENCY_BUCKETS, Stats
+from prometheus_client.parser import text_string_to_metric_families
+from support.sidecar import EXE, RawClient, Sidecar
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    """Every sample of a metrics page by (name, sorted labels); the parser rejects a page
+    that is not valid exposition text."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def scrape(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, str, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path)
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type") or "", response.read().decode()
+    finally:
+        conn.close()
+
+
+def metrics_port(sidecar: Sidecar) -> int:
+    (line,) = [x for x in sidecar.log_lines() if x["event"] == "metrics_listening"]
+    return int(str(line["address"]).rpartition(":")[2])
+
+
+def begin_and_put(client: RawClient, n: int) -> None:
+    ref = client.call("memory.issueRef", tenant="t-metrics", agent="a")["memoryRef"]
+    client.call("run.begin", runId="r-metrics", tenant="t-metrics")
+    for i in range(n):
+        client.call("memory.put", runId="r-metrics", memoryRef=ref, entry={"content": f"n{i}"})
+
+
+def test_the_http_page_counts_requests_and_serves_nothing_else(workdir: Path) -> None:
+    with Sidecar(workdir, "--metrics-address", "127.0.0.1:0") as sidecar:
+        port = metrics_port(sidecar)
+        status, content_type, text = scrape(port)
+        assert status == 200
+        assert content_type.startswith("text/plain; version=0.0.4")
+        before = samples(text)
+        assert before[("openwop_memory_storage_up", ())] == 1
+        assert ("process_resident_memory_bytes", ()) in before
+        with sidecar.client() as client:
+            begin_and_put(client, 5)
+            client.call("memory.get", runId="r-metrics", memoryRef="nowhere", id="mem_x")
+            with pytest.raises(Exception, match="validation_error"):
+                client.call("memory.get", runId="r-metrics")
+        after = samples(scrape(port)[2])
+        put_ok = ("openwop_memory_requests_total", (("method", "memory.put"), ("outcome", "ok")))
+        assert after[put_ok] - before.get(put_ok, 0) == 5
+        invalid = (
+            "openwop_memory_requests_total",
+            (("method", "memory.get"), ("outcome", "validation_error")),
+        )
+        assert after[invalid] == 1
+        count = ("openwop_memory_request_duration_seconds_count", (("method", "memory.put"),))
+        inf = (
+            "openwop_memory_request_duration_seconds_bucket",
+            (("le", "+Inf"), ("method", "memory.put")),
+        )
+        assert after[count] == after[inf] == 5
+        assert after[("openwop_memory_database_bytes", ())] > 0
+        if sidecar.backend.name == "sqlite":
+            assert after[("openwop_memory_committed_writes_total", ())] >= 5
+            assert after[("openwop_memory_commits_total", ())] >= 1
+            assert after[("openwop_memory_entries_estimate", ())] >= 5
+            assert after[("openwop_memory_scopes_estimate", ())] >= 1
+        assert after[("openwop_memory_open_runs", ())] == 1
+        # Nothing but /metrics, and only to read it.
+        assert scrape(port, "/")[0] == 404
+        assert scrape(port, "/metrics/../admin")[0] == 404
+        assert scrape(port, method="POST")[0] == 405
+        status, _, head_body = scrape(port, method="HEAD")
+        assert (status, head_body) == (200, "")
+
+
+def test_no_label_carries_a_tenant_a_run_or_content(workdir: Path) -> None:
+    with Sidecar(workdir, "--metrics-address", "127.0.0.1:0") as sidecar:
+        with sidecar.client() as client:
+            begin_and_put(client, 2)
+        text = scrape(metrics_port(sidecar))[2]
+    assert "t-metrics" not in text and "r-metrics" not in text and "n1" not in text
+    labels = {name for (_, pairs) in samples(text) for name, _ in pairs}
+    assert labels <= {"method", "outcome", "le", "version"}
+
+
+@pytest.mark.backend_independent
+def test_the_cli_prints_the_page_over_the_socket(sidecar: Sidecar) -> None:
+    with sidecar.client() as client:
+        begin_and_put(client, 3)
+    out = subprocess.run(
+        [EXE, "metrics", "--socket", str(sidecar.socket)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    parsed = samples(out.stdout)
+    assert (
+        parsed[("openwop_memory_requests_total", (("method", "memory.put"), ("outcome", "ok")))]
+        == 3
+    )
+    with sidecar.client() as client:
+        answer: Any = client.call("sidecar.metrics")
+    assert answer["contentType"].startswith("text/plain; version=0.0.4")
+    assert samples(answer["text"])
+
+
+@pytest.mark.backend_independent
+def test_the_cli_says_when_nothing_answers(workdir: Path) -> None:
+    out = subprocess.run(
+        [EXE, "metrics", "--socket", str(workdir / "none.sock"), "--timeout", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith("openwop-memory: no metrics from ")
+
+
+@pytest.mark.backend_independent
+def test_a_taken_metrics_address_stops_the_start_and_leaves_no_socket(workdir: Path) -> None:
+    with Sidecar(workdir, "--metrics-address", "127.0.0.1:0") as first:
+        taken = f"127.0.0.1:{metrics_port(first)}"
+        second = Sidecar(workdir, "--metrics-address", taken, socket_path=workdir / "second.sock")
+        with pytest.raises(RuntimeError, match=r"cannot listen for metrics on 127\.0\.0\.1:"):
+            second.start()
+        assert not (workdir / "second.sock").exists()
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("address", ["9464", "localhost", ":9464", "127.0.0.1:99999"])
+def test_a_malformed_metrics_address_is_refused(workdir: Path, address: str) -> None:
+    out = subprocess.run(
+        [EXE, "serve", "--socket", str(workdir / "s.sock"), "--metrics-address", address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 1
+    assert "metrics_address" in out.stderr and "host:port" in out.stderr
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    ("seconds", "bucket"),
+    [(0.0, 0), (0.0001, 0), (0.00010001, 1), (1.0, 12), (10.0, 15), (11.0, 16)],
+)
+def test_a_duration_lands_in_the_first_bucket_that_holds_it(seconds: float, bucket: int) -> None:
+    stats = Stats()
+    stats.observe("memory.get", "ok", seconds)
+    counts = stats.latency["memory.get"].buckets
+    assert len(counts) == len(LATENCY_BUCKETS) + 1
+    assert counts[bucket] == 1 and sum(counts) == 1
+    assert stats.requests["memory.get"]["ok"] == 1
