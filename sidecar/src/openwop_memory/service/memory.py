@@ -402,6 +402,7 @@ class MemoryService:
             open_runs=len(self._runs),
             keyrings=self._keyring_gauges(),
             storage=gauges,
+            refs_rejected=self._refs.rejected,
         )
 
     def _keyring_gauges(self) -> KeyringGauges:

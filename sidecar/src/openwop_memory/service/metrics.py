@@ -28,7 +28,12 @@ PREFIX = "openwop_memory_"
 
 
 def render(
-    stats: Stats, *, open_runs: int, keyrings: KeyringGauges, storage: StorageGauges | None
+    stats: Stats,
+    *,
+    open_runs: int,
+    keyrings: KeyringGauges,
+    storage: StorageGauges | None,
+    refs_rejected: int = 0,
 ) -> bytes:
     """The metrics page: the sidecar's own metrics, then the process's (memory, CPU, file
     descriptors, from ``/proc``). ``storage`` is ``None`` when the backend could not answer;
@@ -37,7 +42,7 @@ def render(
 
     class _Collector:
         def collect(self) -> Iterator[Metric]:
-            return _families(stats, open_runs, keyrings, storage)
+            return _families(stats, open_runs, keyrings, storage, refs_rejected)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector())
@@ -46,7 +51,11 @@ def render(
 
 
 def _families(
-    stats: Stats, open_runs: int, keyrings: KeyringGauges, storage: StorageGauges | None
+    stats: Stats,
+    open_runs: int,
+    keyrings: KeyringGauges,
+    storage: StorageGauges | None,
+    refs_rejected: int,
 ) -> Iterator[Metric]:
     from prometheus_client.core import (
         CounterMetricFamily,
@@ -97,6 +106,10 @@ def _families(
     yield counter(
         "redactions", "Secret occurrences redacted from entries before storage.",
         stats.redactions_applied,
+    )  # fmt: skip
+    yield counter(
+        "refs_rejected", "Issued memoryRefs that failed verification (forged, altered, or "
+        "issued under another database's key).", refs_rejected,
     )  # fmt: skip
     yield counter("sweeps", "Sweeper passes.", stats.sweeps)
     yield counter("sweep_failures", "Sweeper passes that failed.", stats.sweep_failures)

@@ -14,7 +14,9 @@ import binascii
 import hashlib
 import hmac
 import re
+import time
 
+import structlog
 from openwop_memory_client import ForbiddenError
 
 from ..storage.base import Scope
@@ -24,6 +26,10 @@ MAX_REF_CHARS = 512
 _TENANT_BYTES, _SCOPE_BYTES, _TAG_BYTES = 12, 16, 12
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SEGMENTS = re.compile(r"[/\\]")
+# A rejected issued ref is logged at most once per this many seconds (the rest counted).
+REJECTION_LOG_INTERVAL = 10.0
+
+log = structlog.get_logger("openwop_memory.refs")
 
 
 def is_malformed(ref: str) -> bool:
@@ -44,6 +50,9 @@ class RefCodec:
         # Every memory call resolves a ref; HMACs are cheap but not free on the hot path.
         self._cache: dict[tuple[str, str], Scope | None] = {}
         self._cache_size = cache_size
+        self.rejected = 0  # issued refs that failed verification (see _rejected)
+        self._quiet_until = 0.0
+        self._unlogged = 0
 
     def _mac(self, label: bytes, *parts: bytes, size: int) -> bytes:
         msg = label + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
@@ -80,10 +89,32 @@ class RefCodec:
         except KeyError:
             pass
         scope = self._resolve(ref, run_tenant)  # a forbidden ref raises and is not cached
+        if scope is None and ref.startswith(ISSUED_PREFIX):
+            self._rejected(run_tenant)
+            return None  # not cached: each use is counted
         if len(self._cache) >= self._cache_size:
             self._cache.clear()
         self._cache[key] = scope
         return scope
+
+    def _rejected(self, tenant: str) -> None:
+        """Count an issued ref that failed verification, and log it (rate-limited, never
+        the ref): forged and altered refs end here, and so does every ref after the
+        database was replaced, since refs are verified with a key stored in it."""
+        self.rejected += 1
+        now = time.monotonic()
+        if now < self._quiet_until:
+            self._unlogged += 1
+            return
+        self._quiet_until = now + REJECTION_LOG_INTERVAL
+        log.warning(
+            "ref_rejected",
+            tenant=tenant,
+            suppressed=self._unlogged,
+            hint="an issued memoryRef failed verification: forged or altered, or issued "
+            "under another database's key (was the database replaced, or its path mistyped?)",
+        )
+        self._unlogged = 0
 
     def _resolve(self, ref: str, run_tenant: str) -> Scope | None:
         if is_malformed(ref):

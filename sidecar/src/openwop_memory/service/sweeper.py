@@ -32,8 +32,12 @@ class Sweeper:
             await self.sweep_once()
 
     async def sweep_once(self) -> None:
-        """One pass, logged as ``sweep`` (or ``sweep_failed``). Never raises but for
-        cancellation."""
+        """One pass. Never raises but for cancellation.
+
+        Logged as ``sweep`` at info when it removed something or a step failed, at debug
+        when there was nothing to do (a line a minute of zeros says nothing), and as
+        ``sweep_failed`` (error) when the pass failed as a whole.
+        """
         try:
             counts = await self.service.sweep(self.batch)
         except Exception as exc:  # noqa: BLE001 - the sweeper outlives its own failures
@@ -41,7 +45,14 @@ class Sweeper:
                 "sweep_failed", error_type=type(exc).__name__, reason=getattr(exc, "code", None)
             )
             return
-        log.info(
+        removed = (
+            counts.expired_entries
+            + counts.purged_tombstones
+            + counts.expired_runs
+            + counts.purged_runs
+            + counts.purged_idempotency_keys
+        )
+        (log.info if removed or counts.errors else log.debug)(
             "sweep",
             expired_entries=counts.expired_entries,
             purged_tombstones=counts.purged_tombstones,

@@ -32,6 +32,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 import anyio
 import asyncpg
 import orjson
+import structlog
 from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError
 
@@ -85,6 +86,8 @@ _UNPINNED = (
     "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.scope_pk = e.scope_pk AND i.entry_seq = e.seq)"
 )
 
+log = structlog.get_logger("openwop_memory.storage")
+
 
 def _row(r: Any) -> EntryRow:
     return EntryRow(r[0], r[1].decode(), tuple(orjson.loads(r[2])), r[3], r[4])
@@ -133,8 +136,12 @@ class PostgresqlStorage:
                 server_settings={"application_name": "openwop-memory"},
             )
             async with self._pool.acquire(timeout=self.connect_timeout) as conn:
-                await self._migrate(conn)
+                created = await self._migrate(conn)
                 await self._measure_clock(conn)
+                where: Any = await conn.fetchrow(
+                    "SELECT current_database() AS db, inet_server_addr()::text AS host,"
+                    " inet_server_port() AS port"
+                )
         except StorageStartupError:
             await self.close()
             raise
@@ -145,10 +152,24 @@ class PostgresqlStorage:
                 f"cannot open the PostgreSQL database ({reason}); check the URL, that the "
                 "server is up and that the user may create tables"
             ) from None
+        gauges = await self.gauges()
+        log.info(
+            "database_opened",
+            backend="postgresql",
+            # Where the server says it is (a Unix socket has no address): never the URL,
+            # which may carry a password.
+            host=where["host"] or "unix socket",
+            port=where["port"],
+            database=where["db"],
+            created=created,
+            schema_version=self._schema_version,
+            entries_estimate=gauges.entries_estimate,
+        )
 
-    async def _migrate(self, conn: Conn) -> None:
+    async def _migrate(self, conn: Conn) -> bool:
         """Bring the schema up to date under an advisory lock, so sidecars starting together
-        migrate once; refuse a schema newer than this sidecar knows.
+        migrate once; refuse a schema newer than this sidecar knows. True when the schema
+        was created now (the database held none of ours).
 
         :raises StorageStartupError: the schema is newer than this build.
         """
@@ -179,6 +200,7 @@ class PostgresqlStorage:
                 secrets.token_bytes(32),
             )
         self._schema_version = LATEST_VERSION
+        return current == 0
 
     def clock_us(self) -> int:
         """The database's clock, read as this host's clock plus the offset between them

@@ -156,7 +156,7 @@ class SqliteStorage:
     async def open(self) -> None:
         if self.path == ":memory:" or self.path.startswith("file::memory:"):
             raise StorageStartupError("an in-memory SQLite database cannot be shared or use WAL")
-        self._create_private()
+        created = self._create_private()
         try:
             await self._writer.run(self._migrate, await self._writer.start(self._open_writer))
             for _ in range(self.read_connections):
@@ -170,16 +170,27 @@ class SqliteStorage:
             await self.close()
             raise
         self._next_reader = itertools.cycle(range(len(self._readers)))
+        gauges = await self.gauges()
+        log.info(
+            "database_opened",
+            backend="sqlite",
+            path=os.path.abspath(self.path),  # noqa: ASYNC240 - no I/O: a string operation
+            created=created,
+            schema_version=LATEST_VERSION,
+            entries_estimate=gauges.entries_estimate,
+        )
 
-    def _create_private(self) -> None:
+    def _create_private(self) -> bool:
         """Create the database's directory (0700) and file (0600) if missing, so no umask
-        can make them readable by others; warn about an existing file that is.
+        can make them readable by others; warn about an existing file that is. True when
+        the file was created now.
 
         :raises StorageStartupError: the directory or file cannot be created.
         """
         directory = os.path.dirname(os.path.abspath(self.path))
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
+            created = not os.path.exists(self.path)
             fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
             try:
                 mode = stat.S_IMODE(os.fstat(fd).st_mode)
@@ -196,6 +207,7 @@ class SqliteStorage:
                 mode=f"{mode:04o}",
                 hint="anyone who can read the file reads every tenant's memory; chmod 600 it",
             )
+        return created
 
     def _pragmas(self) -> list[str]:
         return [
