@@ -224,3 +224,27 @@ def test_without_a_json_sink_the_line_goes_through_structlog() -> None:
         ("request", "warning", "memory.put", "internal_error"),
     ]
     assert captured[0]["id"] == 3 and captured[0]["duration_ms"] == 2.0
+
+
+def test_a_refused_leak_names_its_tenant_run_and_secret_ids_never_the_value(
+    workdir: Path,
+) -> None:
+    value = "sk-live-9f8e7d6c5b4a39281706"
+    with Sidecar(workdir, "--redaction", "reject") as sidecar, sidecar.client() as client:
+        ref = client.call("memory.issueRef", tenant="t-corr", agent="a")["memoryRef"]
+        client.call("run.begin", runId="r-corr", tenant="t-corr", secrets=[
+            {"id": "stripe-key", "value": value}
+        ])  # fmt: skip
+        error = client.error(
+            "memory.put", runId="r-corr", memoryRef=ref, entry={"content": f"key {value}"}
+        )
+        assert error.code == "secret_leakage"
+        client.error("memory.get", runId="r-unknown", memoryRef=ref, id="mem_x")
+        assert sidecar.stop() == 0
+    leak, unknown = request_lines(sidecar)
+    assert (leak["method"], leak["outcome"]) == ("memory.put", "secret_leakage")
+    assert (leak["run_id"], leak["tenant"]) == ("r-corr", "t-corr")
+    assert leak["secret_ids"] == ["stripe-key"]
+    # A run that is not open here: its id is known, its tenant is not.
+    assert unknown["run_id"] == "r-unknown" and "tenant" not in unknown
+    assert value not in sidecar.log()

@@ -14,8 +14,10 @@ Every request is counted for ``sidecar.stats`` whatever this module decides. A l
 A successful request below the threshold, or one its client left (``cancelled``), gets no
 line unless ``access_log`` is on. The line holds ``method``, ``outcome`` (``ok`` or the
 error code), ``duration_ms``, the JSON-RPC ``id`` when the request had one (a string id cut
-to :data:`MAX_LOGGED_ID_CHARS` characters), and ``rpc_code`` for a request refused before
-its method ran: never params, content or secrets.
+to :data:`MAX_LOGGED_ID_CHARS` characters), ``rpc_code`` for a request refused before its
+method ran, and what ties it to its run: ``run_id`` and ``tenant`` where the request names
+them (the tenant of an open run otherwise), ``secret_ids`` of a refused leak. Ids only:
+never other params, content or secret values.
 
 With JSON logs the line is rendered here with one ``orjson.dumps`` into the stream structlog
 writes to (so the two stay in order), and the stream is flushed once per event-loop
@@ -85,8 +87,12 @@ class AccessLog:
         seconds: float,
         rpc_id: object = None,
         rpc_code: int | None = None,
+        *,
+        context: dict[str, Any] | None = None,
     ) -> None:
-        """Write the line of one request that :meth:`wants` a line (see the module)."""
+        """Write the line of one request that :meth:`wants` a line (see the module);
+        ``context`` adds the fields that tie it to its run (``run_id``, ``tenant``,
+        ``secret_ids``), which the caller has cut to size."""
         slow = seconds >= self.slow_after
         server_error = outcome in SERVER_ERRORS
         if not (self.every_request or slow or server_error or outcome in _NOT_ERRORS):
@@ -109,6 +115,8 @@ class AccessLog:
             fields["id"] = rpc_id
         if rpc_code is not None:
             fields["rpc_code"] = rpc_code
+        if context:
+            fields.update(context)
         if slow:
             fields["slow"] = True
         if self.suppressed:

@@ -49,7 +49,7 @@ from openwop_memory_client.wire import (
 from ..domain import NOT_NOW, NotNow
 from ..service.memory import MemoryService
 from ..service.metrics import CONTENT_TYPE
-from .access_log import AccessLog
+from .access_log import MAX_LOGGED_ID_CHARS, AccessLog
 from .binding import permits
 from .jsonrpc_parts import (
     NOID,
@@ -404,7 +404,7 @@ class Dispatcher:
             result = await call(rpc_request, tenants, method)
         except BaseException:  # the client or a shutdown left: the request was cancelled
             self.inflight -= 1
-            self._account(request["method"], "cancelled", started, request.get("id"))
+            self._account(request["method"], "cancelled", started, request)
             raise
         self.inflight -= 1
         return self._finish(request, rpc_request, result, started)
@@ -413,17 +413,47 @@ class Dispatcher:
         self, request: dict[str, Any], rpc_request: Any, result: Any, started: float
     ) -> dict[str, Any] | None:
         """Count and log a method's result; its response object (``None``: a notification)."""
-        self._account(request["method"], _outcome(result), started, request.get("id"))
+        error_data = result._error.data if isinstance(result, Left) else None
+        self._account(request["method"], _outcome(result), started, request, error_data)
         if rpc_request.id is NOID:
             return None
         return self._to_wire(to_response(rpc_request, result))
 
-    def _account(self, method: str, outcome: str, started: float, request_id: Any) -> None:
+    def _account(
+        self,
+        method: str,
+        outcome: str,
+        started: float,
+        request: dict[str, Any],
+        error_data: Any = None,
+    ) -> None:
         seconds = time.perf_counter() - started
         self.service.stats.observe(method, outcome, seconds)
         access_log = self.access_log
         if access_log.wants(outcome, seconds):
-            access_log.write(method, outcome, seconds, request_id)
+            context = self._log_context(request, error_data)
+            access_log.write(method, outcome, seconds, request.get("id"), context=context)
+
+    def _log_context(self, request: dict[str, Any], error_data: Any) -> dict[str, Any]:
+        """What ties a request's log line to its run: the run id and the tenant (named, or
+        the open run's), and a refused leak's secret ids. Ids, never values or content."""
+        context: dict[str, Any] = {}
+        params = request.get("params")
+        if isinstance(params, dict):
+            run_id, tenant = params.get("runId"), params.get("tenant")
+            if isinstance(run_id, str):
+                context["run_id"] = run_id[:MAX_LOGGED_ID_CHARS]
+                if tenant is None:
+                    tenant = self.service.open_run_tenant(run_id)
+            if isinstance(tenant, str):
+                context["tenant"] = tenant[:MAX_LOGGED_ID_CHARS]
+        details = error_data.get("details") if isinstance(error_data, dict) else None
+        if isinstance(details, dict):
+            if isinstance(details.get("secretIds"), list):
+                context["secret_ids"] = [str(s)[:MAX_LOGGED_ID_CHARS] for s in details["secretIds"]]
+            if isinstance(details.get("correlationId"), str):  # the internal_error line's
+                context["correlation_id"] = details["correlationId"]
+        return context
 
     def _to_wire(self, response: Any) -> dict[str, Any]:
         if isinstance(response, Left):
