@@ -28,7 +28,7 @@ from openwop_memory.storage.base import (
     StorageHealth,
 )
 from openwop_memory.timefmt import now_us
-from openwop_memory_client import UpstreamUnavailableError
+from openwop_memory_client import UpstreamUnavailableError, ValidationError
 from support.backends import BACKENDS, Backend
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
@@ -530,3 +530,50 @@ async def test_gauges_report_sizes_and_commits(store: Storage, backend: Backend)
         assert gauges.commits is not None and gauges.commits >= 1
         assert gauges.committed_writes is not None and gauges.committed_writes >= 3
         assert gauges.scopes_estimate is not None and gauges.scopes_estimate >= 1
+
+
+async def test_the_operators_reads_cross_tenants_and_see_tombstones(store: Storage) -> None:
+    kept = await stored(store, request(A, "kept"))
+    gone = await stored(store, request(A, "gone"))
+    other = await stored(store, request(B, "other tenant"))
+    await stored(store, request(A2, "expired", expires_us=now_us() + SECOND))
+    assert await store.delete(scope=A, entry_id=gone.id, now_us=now_us()) is True
+    await begun(store, "run-ops-a")
+    await begun(store, "run-ops-b", tenant="tenant-b")
+    runs = await store.list_runs(limit=10)
+    assert [r.run_id for r in runs] == ["run-ops-b", "run-ops-a"], "latest touched first"
+    assert runs[0].tenant == "tenant-b" and all(r.retained for r in runs)
+    assert len(await store.list_runs(limit=1)) == 1
+    later = now_us() + 2 * SECOND
+    scopes = {
+        i.scope: i.live_entries for i in await store.list_scopes(tenant="tenant-a", now_us=later)
+    }
+    assert scopes == {A: 1, A2: 0}
+    found = await store.find_entry(entry_id=other.id)
+    assert found is not None and (found.scope, found.entry, found.deleted) == (B, other, False)
+    tomb = await store.find_entry(entry_id=gone.id)
+    assert tomb is not None and tomb.deleted and tomb.entry == gone
+    assert (await store.find_entry(entry_id=kept.id)) is not None
+    assert await store.find_entry(entry_id="mem_none") is None
+
+
+async def test_backup_copies_or_says_what_to_use(
+    store: Storage, backend: Backend, tmp_path: Path
+) -> None:
+    entry = await stored(store, request(A, "backed up"))
+    target = tmp_path / "copy.db"
+    if backend.name != "sqlite":
+        with pytest.raises(ValidationError):
+            await store.backup(path=str(target))
+        assert not target.exists()
+        return
+    size = await store.backup(path=str(target))
+    assert size == target.stat().st_size > 0
+    with pytest.raises(ValidationError):
+        await store.backup(path=str(target))  # never over an existing file
+    import sqlite3
+
+    with sqlite3.connect(target) as copy:
+        assert copy.execute("SELECT content FROM entries WHERE id = ?", (entry.id,)).fetchone() == (
+            "backed up",
+        )

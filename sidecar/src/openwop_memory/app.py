@@ -19,6 +19,7 @@ import anyio.to_thread
 
 from .config import Settings
 from .errors import StartupError
+from .service.inspector import Inspector
 from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
 from .service.stats import Stats
@@ -26,6 +27,7 @@ from .service.sweeper import Sweeper
 from .storage.base import Storage, StorageStartupError
 from .storage.registry import create_storage
 from .wire.access_log import AccessLog
+from .wire.admin import ADMIN_METHODS
 from .wire.dispatch import Dispatcher
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ class App:
     storage: Storage
     service: MemoryService
     dispatcher: Dispatcher
+    admin_dispatcher: Dispatcher  # the admin socket's (see wire/admin.py)
     sweeper: Sweeper
     secrets_directory: SecretsDirectory | None
     stats: Stats
@@ -110,8 +113,16 @@ async def open_app(settings: Settings) -> App:
             every_request=settings.access_log, slow_after=settings.slow_request_threshold
         ),
     )
+    admin = Dispatcher(
+        service,
+        max_request_bytes=settings.max_request_bytes,
+        access_log=dispatcher.access_log,
+        methods=ADMIN_METHODS,
+        at_once={},
+        target=Inspector(service, storage, max_list_limit=ServiceConfig.max_list_limit),
+    )
     sweeper = Sweeper(service, interval=settings.sweep_interval, batch=settings.sweep_batch)
-    return App(storage, service, dispatcher, sweeper, secrets_directory, stats)
+    return App(storage, service, dispatcher, admin, sweeper, secrets_directory, stats)
 
 
 def _create_storage(settings: Settings) -> Storage:

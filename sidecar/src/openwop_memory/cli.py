@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["health"]:
         health_args = _health_parser().parse_args(args[1:])
         return health(_health_socket(health_args), health_args.timeout)
+    if args[:1] in (["inspect"], ["backup"]):
+        from . import cli_admin  # the operator's commands: only their own path pays for them
+
+        return cli_admin.main(args)
     if args[:1] == ["metrics"]:
         metrics_args = _health_parser(prog="openwop-memory metrics").parse_args(args[1:])
         return metrics(_health_socket(metrics_args), metrics_args.timeout)
@@ -105,6 +109,8 @@ def _serve_main(argv: list[str]) -> int:
         )
     _health_parser(sub.add_parser("health", help="ask a running sidecar whether it is healthy"))
     _health_parser(sub.add_parser("metrics", help="print a running sidecar's Prometheus metrics"))
+    sub.add_parser("inspect", help="what runs saw, scopes, entries (over the admin socket)")
+    sub.add_parser("backup", help="a consistent copy of a SQLite database (admin socket)")
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
     deprecations: list[DeprecatedSpelling] = []

@@ -269,6 +269,12 @@ class Settings(BaseModel):
         description="a request taking this long or longer gets a warning line whatever "
         "access_log says; 0 logs no request for being slow",
     )
+    admin_socket: str | None = Field(
+        None,
+        min_length=1,
+        description="path of a second socket (mode 0600) for the operator's admin methods "
+        "(openwop-memory inspect and backup); not set: none",
+    )
     metrics_address: Annotated[str | None, AfterValidator(_address)] = Field(
         None,
         description="host:port of an HTTP listener serving Prometheus metrics at /metrics "

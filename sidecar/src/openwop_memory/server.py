@@ -38,6 +38,7 @@ from .config import Settings, host_and_port
 from .errors import StartupError
 from .wire import metrics_http
 from .wire.binding import TenantBinding, peer_of
+from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
 
@@ -71,19 +72,31 @@ async def serve(settings: Settings) -> None:
         )
     check_socket_path(settings.socket)
     _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
+    if settings.admin_socket is not None:
+        check_socket_path(settings.admin_socket)
     app = await open_app(settings)
+    metrics = admin = None
     try:
         metrics = await _listen_for_metrics(settings)
-        try:
-            listener = await _listen(settings)
-        except BaseException:
-            if metrics is not None:
-                await metrics.aclose()
-            raise
+        if settings.admin_socket is not None:
+            # Only the service's user (and root) may connect: the admin methods cross tenants.
+            admin = await _listen(settings.admin_socket, 0o600)
+        listener = await _listen(settings.socket, settings.socket_mode)
     except BaseException:
+        for opened in (metrics, admin):
+            if opened is not None:
+                await opened.aclose()
+        if admin is not None:
+            _unlink(settings.admin_socket)
         await app.aclose()
         raise
-    await Server(settings, app).run(listener, metrics)
+    await Server(settings, app).run(listener, metrics, admin)
+
+
+def _unlink(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 async def _listen_for_metrics(settings: Settings) -> metrics_http.MetricsListener | None:
@@ -103,19 +116,19 @@ async def _listen_for_metrics(settings: Settings) -> metrics_http.MetricsListene
         ) from None
 
 
-async def _listen(settings: Settings) -> anyio.abc.SocketListener:
-    """The listening socket at ``settings.socket``, created with ``socket_mode``.
+async def _listen(path: str, mode: int) -> anyio.abc.SocketListener:
+    """A listening Unix socket at ``path``, created with ``mode``.
 
     :raises StartupError: the socket cannot be created there.
     """
-    directory = os.path.dirname(os.path.abspath(settings.socket))  # noqa: ASYNC240
+    directory = os.path.dirname(os.path.abspath(path))  # noqa: ASYNC240
     try:
         os.makedirs(directory, exist_ok=True)
         # No moment where the socket exists with wider permissions than configured.
-        with _umask(0o777 & ~settings.socket_mode):
-            return await anyio.create_unix_listener(settings.socket, mode=settings.socket_mode)
+        with _umask(0o777 & ~mode):
+            return await anyio.create_unix_listener(path, mode=mode)
     except OSError as exc:
-        raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
+        raise StartupError(f"cannot listen on {path}: {exc.strerror}") from None
 
 
 def check_socket_path(path: str) -> None:
@@ -214,6 +227,7 @@ class Server:
         self,
         listener: anyio.abc.SocketListener,
         metrics: metrics_http.MetricsListener | None = None,
+        admin: anyio.abc.SocketListener | None = None,
     ) -> None:
         """Serve on ``listener`` (and scrapes on ``metrics``) until a stop is requested,
         then shut down gracefully: close the app (flushing the storage), remove the
@@ -229,19 +243,28 @@ class Server:
                     tg.start_soon(secrets_directory.watch, self.settings.secrets_poll_interval)
                 tg.start_soon(self.app.sweeper.run)
                 async with anyio.create_task_group() as conns:
-                    conns.start_soon(self._accept, listener, conns)
+                    conns.start_soon(self._accept, listener, conns, self.dispatcher)
+                    if admin is not None:
+                        conns.start_soon(self._accept, admin, conns, self.app.admin_dispatcher)
                     _sd_notify("READY=1")
                     log.info("ready", socket=self.settings.socket, version=__version__)
                     await self._stop.wait()
                     _sd_notify("STOPPING=1")
                     log.info("stopping", open_connections=len(self._connections))
+                    if admin is not None:
+                        await admin.aclose()
                     await self._drain(listener, conns)
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._cleanup()
 
-    async def _accept(self, listener: anyio.abc.SocketListener, conns: anyio.abc.TaskGroup) -> None:
+    async def _accept(
+        self,
+        listener: anyio.abc.SocketListener,
+        conns: anyio.abc.TaskGroup,
+        dispatcher: Dispatcher,
+    ) -> None:
         stats = self.connection_stats
         backoff = 0.0
         failures = 0  # of the current episode without descriptors
@@ -273,7 +296,7 @@ class Server:
                 self._refusing = False
                 stats.open += 1
                 stats.accepted += 1
-                conns.start_soon(self._serve_connection, stream)
+                conns.start_soon(self._serve_connection, stream, dispatcher)
 
     async def _refuse(self, stream: anyio.abc.SocketStream) -> None:
         """Answer one ``rate_limited`` line (``id: null``) on a connection beyond
@@ -290,14 +313,16 @@ class Server:
             raw.send(self.dispatcher.at_capacity(REFUSAL_RETRY_AFTER_MS))
         await stream.aclose()
 
-    async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
-        dispatcher = self.dispatcher
+    async def _serve_connection(
+        self, stream: anyio.abc.SocketStream, dispatcher: Dispatcher
+    ) -> None:
         settings = self.settings
         stats = self.connection_stats
         take_line = dispatcher.take_line
         try:
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
-            if self._binding.active:
+            # Tenant binding governs the workers' socket; the admin socket is the operator's.
+            if self._binding.active and dispatcher is self.dispatcher:
                 tenants = self._binding.tenants_for(peer_of(raw))
                 take_line = functools.partial(dispatcher.take_line, tenants=tenants)
             conn = Connection(
@@ -387,6 +412,6 @@ class Server:
 
     async def _cleanup(self) -> None:
         await self.app.aclose()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.settings.socket)
+        _unlink(self.settings.socket)
+        _unlink(self.settings.admin_socket)
         log.info("stopped")

@@ -239,6 +239,18 @@ class MemoryService:
     def run_end(self, params: RunEndParams) -> dict[str, Any]:
         return {"ended": self._runs.end(params.runId)}
 
+    def open_run_ids(self) -> list[str]:
+        """The runs open in this process (for operators)."""
+        return self._runs.run_ids()
+
+    async def find_run(self, run_id: str) -> RunHandle | RunRecord:
+        """The run open here, else as persisted within the replay retention: its tenant
+        and the snapshot it reads (for operators).
+
+        :raises RunNotFoundError: no such run within retention.
+        """
+        return await self._any_run(run_id)
+
     def open_run_tenant(self, run_id: str) -> str | None:
         """The tenant of the run if it is open in this sidecar, else ``None``."""
         handle = self._runs.get(run_id)

@@ -31,7 +31,7 @@ What a backend promises:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
@@ -194,6 +194,36 @@ class StorageHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A run as stored, for an operator: ``retained`` is false for a marker (a run whose
+    snapshot went past retention)."""
+
+    run_id: str
+    tenant: str
+    snapshot_us: int
+    touched_us: int
+    retained: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeInfo:
+    """A scope of a tenant and its live entries now (not deleted, not expired)."""
+
+    scope: Scope
+    live_entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class FoundEntry:
+    """An entry found by id alone, whatever its tenant: its scope, and whether it is
+    deleted (a tombstone some snapshot may still see)."""
+
+    scope: Scope
+    entry: EntryRow
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StorageGauges:
     """What a backend can tell cheaply about its size and its commits, for the metrics.
 
@@ -287,6 +317,25 @@ class Storage(Protocol):
         keep a marker, and markers touched at or before ``marker_cutoff_us`` go; a tombstoned
         entry goes once no remaining snapshot can see it. A failing step is recorded in
         ``errors`` and the other steps still run.
+        """
+
+    async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
+        """Up to ``limit`` stored runs, the most recently touched first (for operators)."""
+
+    async def list_scopes(self, *, tenant: str, now_us: int) -> Sequence[ScopeInfo]:
+        """Every scope of ``tenant`` with its live entries at ``now_us`` (for operators)."""
+
+    async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
+        """The entry with this id in any tenant, deleted or not (for operators)."""
+
+    async def backup(self, *, path: str) -> int:
+        """Write a consistent copy of the whole database to the new file ``path`` (created
+        0600: it holds every tenant's memory), check it, and return its size in bytes.
+
+        :raises ValidationError: this backend has no such backup (say what to use instead),
+            or ``path`` exists.
+        :raises UpstreamUnavailableError: the copy failed or did not pass its check (the
+            partial file is removed).
         """
 
     async def gauges(self) -> StorageGauges:

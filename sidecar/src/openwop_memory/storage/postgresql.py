@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
 import anyio
@@ -34,7 +34,7 @@ import asyncpg
 import orjson
 import structlog
 from asyncpg.pool import PoolConnectionProxy
-from openwop_memory_client import UpstreamUnavailableError
+from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
@@ -44,12 +44,15 @@ from .base import (
     BeginOutcome,
     BeginResult,
     EntryRow,
+    FoundEntry,
     FoundRun,
     PutOutcome,
     PutRequest,
     PutResult,
+    RunInfo,
     RunRecord,
     Scope,
+    ScopeInfo,
     Snapshot,
     StorageGauges,
     StorageHealth,
@@ -572,6 +575,48 @@ class PostgresqlStorage:
                 if removed < batch_size:
                     break
         return counts
+
+    async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT run_id, tenant, snapshot_us, touched_us, snapshot_seq IS NOT NULL"
+                " FROM runs ORDER BY touched_us DESC LIMIT $1",
+                limit,
+            )
+        )
+        return [RunInfo(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
+
+    async def list_scopes(self, *, tenant: str, now_us: int) -> Sequence[ScopeInfo]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT s.key, count(e.seq) FROM scopes s LEFT JOIN entries e"
+                " ON e.scope_pk = s.scope_pk AND e.deleted_seq IS NULL"
+                " AND (e.expires_us IS NULL OR e.expires_us > $1)"
+                " WHERE s.tenant = $2 GROUP BY s.scope_pk, s.key ORDER BY s.key",
+                now_us,
+                tenant,
+            )
+        )
+        return [ScopeInfo(Scope(tenant, r[0]), int(r[1])) for r in rows]
+
+    async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
+        row = await self._read(
+            lambda conn: conn.fetchrow(
+                f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL"
+                " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.id = $1",
+                entry_id,
+            )
+        )
+        if row is None:
+            return None
+        return FoundEntry(Scope(row[5], row[6]), _row(row), bool(row[7]))
+
+    async def backup(self, *, path: str) -> int:
+        raise ValidationError(
+            "backup copies a SQLite database; back up PostgreSQL with its own tools "
+            "(pg_dump, or your provider's snapshots)",
+            {"field": "path"},
+        )
 
     async def gauges(self) -> StorageGauges:
         async def read(conn: Conn) -> Any:

@@ -31,15 +31,16 @@ import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, cast
 
 import aiosqlite
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import orjson
 import structlog
-from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
+from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..timefmt import now_us as wall_clock_us
@@ -49,12 +50,15 @@ from .base import (
     BeginOutcome,
     BeginResult,
     EntryRow,
+    FoundEntry,
     FoundRun,
     PutOutcome,
     PutRequest,
     PutResult,
+    RunInfo,
     RunRecord,
     Scope,
+    ScopeInfo,
     Snapshot,
     StorageGauges,
     StorageHealth,
@@ -617,6 +621,82 @@ class SqliteStorage:
         with contextlib.suppress(MemoryServiceError):
             await self._writer.checkpoint("PASSIVE")
         return counts
+
+    async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                "SELECT run_id, tenant, snapshot_us, touched_us, snapshot_seq IS NOT NULL"
+                " FROM runs ORDER BY touched_us DESC LIMIT ?",
+                (limit,),
+            )
+        return [RunInfo(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
+
+    async def list_scopes(self, *, tenant: str, now_us: int) -> Sequence[ScopeInfo]:
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                "SELECT s.key, count(e.seq) FROM scopes s LEFT JOIN entries e"
+                " ON e.scope_pk = s.scope_pk AND e.deleted_seq IS NULL"
+                " AND (e.expires_us IS NULL OR e.expires_us > ?)"
+                " WHERE s.tenant = ? GROUP BY s.scope_pk ORDER BY s.key",
+                (now_us, tenant),
+            )
+        return [ScopeInfo(Scope(tenant, key), count) for key, count in rows]
+
+    async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL"
+                " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.id = ?",
+                (entry_id,),
+            )
+        if not rows:
+            return None
+        r = rows[0]
+        return FoundEntry(Scope(r[5], r[6]), _row(r[:5]), bool(r[7]))
+
+    async def backup(self, *, path: str) -> int:
+        return await anyio.to_thread.run_sync(self._backup, path)
+
+    def _backup(self, path: str) -> int:
+        """On a worker thread, with a connection of its own: SQLite's online backup copies
+        the database as of one read transaction (writers go on in the WAL meanwhile), in
+        one step, so a steady write load cannot keep restarting it."""
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            raise ValidationError(
+                "the backup path exists; choose a new one", {"field": "path"}
+            ) from None
+        except OSError as exc:
+            raise ValidationError(
+                f"cannot create the backup file: {exc.strerror}", {"field": "path"}
+            ) from None
+        os.close(fd)
+        try:
+            with translate_errors():
+                source = sqlite3.connect(self.path, isolation_level=None)
+                try:
+                    target = sqlite3.connect(path, isolation_level=None)
+                    try:
+                        source.backup(target)
+                        verdict = target.execute("PRAGMA integrity_check").fetchone()[0]
+                    finally:
+                        target.close()
+                finally:
+                    source.close()
+            if verdict != "ok":
+                raise UpstreamUnavailableError(
+                    "the backup failed its integrity check",
+                    {"backend": "sqlite", "reason": "integrity_check"},
+                )
+            return os.path.getsize(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
 
     async def gauges(self) -> StorageGauges:
         sizes: list[int | None] = []

@@ -17,7 +17,7 @@ import asyncio
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import CoroutineType
 from typing import Any, Protocol
 
@@ -64,7 +64,8 @@ from .jsonrpc_parts import (
 
 log = structlog.get_logger("openwop_memory.request")
 
-Handler = Callable[[MemoryService, Any], Any]
+# (the dispatcher's target, the validated params) → the result, or a coroutine making it.
+Handler = Callable[[Any, Any], Any]
 # Methods whose answer has no size bound but the request's own limit (many entries).
 _UNBOUNDED_ANSWERS = frozenset({"memory.list"})
 
@@ -163,8 +164,16 @@ def _error_object(err: MemoryServiceError) -> dict[str, Any]:
     return {"code": err.wire_rpc_code, "message": err.message, "data": err.envelope()}
 
 
+MethodTable = Mapping[str, tuple[type[pydantic.BaseModel], Handler]]
+
+
 class Dispatcher:
-    """Turns request lines into response lines against one :class:`MemoryService`."""
+    """Turns request lines into response lines against one :class:`MemoryService`.
+
+    By default it serves the workers' methods (``_METHODS``) with the service as their
+    target; the admin socket's dispatcher is the same machinery with another ``methods``
+    table, no immediate methods, and its own ``target`` (see :mod:`.admin`).
+    """
 
     def __init__(
         self,
@@ -173,24 +182,27 @@ class Dispatcher:
         max_inflight: int = 4096,
         max_request_bytes: int = 1 << 20,
         access_log: AccessLog | None = None,
+        methods: MethodTable = _METHODS,
+        at_once: Mapping[str, Handler] = _AT_ONCE,
+        target: object = None,
     ) -> None:
         self.service = service
         self.max_request_bytes = max_request_bytes
         self.max_inflight = max_inflight
         self.inflight = 0
         self.access_log = access_log if access_log is not None else AccessLog()
+        self._target = service if target is None else target
         self._methods = {
-            name: self._bind(model, handler) for name, (model, handler) in _METHODS.items()
+            name: self._bind(model, handler) for name, (model, handler) in methods.items()
         }
         self._at_once = {
-            name: self._bind_at_once(_METHODS[name][0], handler)
-            for name, handler in _AT_ONCE.items()
+            name: self._bind_at_once(methods[name][0], handler) for name, handler in at_once.items()
         }
 
     def _bind(
         self, model: type[pydantic.BaseModel], handler: Handler
     ) -> Callable[..., Awaitable[Any]]:
-        service = self.service
+        target = self._target
         validate = model.model_validate
 
         async def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
@@ -198,7 +210,7 @@ class Dispatcher:
                 validated = validate(params)
                 if ctx is not None:
                     await self._check_binding(ctx, validated)
-                result = handler(service, validated)
+                result = handler(target, validated)
                 # Every async handler is a coroutine function; the rest answer at once.
                 if type(result) is CoroutineType:
                     result = await result
@@ -211,7 +223,7 @@ class Dispatcher:
     def _bind_at_once(
         self, model: type[pydantic.BaseModel], handler: Handler
     ) -> Callable[..., Any]:
-        service = self.service
+        target = self._target
         validate = model.model_validate
 
         def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
@@ -219,7 +231,7 @@ class Dispatcher:
                 validated = validate(params)
                 if ctx is not None and not self._binding_allows_at_once(ctx, validated):
                     return Success(NOT_NOW)
-                return Success(handler(service, validated))
+                return Success(handler(target, validated))
             except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
                 raise _rpc_error(exc) from None
 

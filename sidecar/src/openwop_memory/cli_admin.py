@@ -1,0 +1,174 @@
+"""``openwop-memory inspect`` and ``openwop-memory backup``: the operator's commands, sent
+over the admin socket (see :mod:`openwop_memory.wire.admin`).
+
+``inspect runs`` | ``inspect run RUN_ID`` | ``inspect scopes TENANT`` | ``inspect entry ID``
+print a table (``--json``: the answer as it came). ``backup DEST`` writes a consistent,
+checked copy of a running SQLite database to the new file DEST (an absolute path, written
+by the sidecar's user) and says how long it took.
+
+The admin socket is ``--admin-socket``, else ``OPENWOP_MEMORY_ADMIN_SOCKET``, else the
+``admin_socket`` of the TOML file given by ``--config`` or ``OPENWOP_MEMORY_CONFIG``.
+Exit codes: 0 done, 1 the sidecar answered with an error (printed), 2 nothing answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+_CONTENT_WIDTH = 60
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(argv)
+    path = _admin_socket(args)
+    if path is None:
+        print(
+            "openwop-memory: no admin socket: pass --admin-socket PATH, or set admin_socket "
+            "in the sidecar's configuration (the sidecar must be started with it)",
+            file=sys.stderr,
+        )
+        return 2
+    method, params = _request(args)
+    try:
+        answer = _ask(path, method, params, args.timeout)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        print(f"openwop-memory: no answer on the admin socket {path}: {reason}", file=sys.stderr)
+        return 2
+    if "error" in answer:
+        data = answer["error"].get("data") or {}
+        print(
+            f"openwop-memory: {data.get('error', 'error')}: {data.get('message', '')}",
+            file=sys.stderr,
+        )
+        return 1
+    result = answer["result"]
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    else:
+        print(_render(args, result))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--admin-socket", help="the admin socket (OPENWOP_MEMORY_ADMIN_SOCKET)")
+    common.add_argument("--config", help="TOML file to read admin_socket from")
+    common.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
+    common.add_argument("--json", action="store_true", help="print the answer as JSON")
+    parser = argparse.ArgumentParser(prog="openwop-memory")
+    sub = parser.add_subparsers(dest="command", required=True)
+    inspect = sub.add_parser("inspect", help="what runs saw, scopes, entries")
+    what = inspect.add_subparsers(dest="what", required=True)
+    runs = what.add_parser("runs", parents=[common], help="stored runs, latest touched first")
+    runs.add_argument("--limit", type=int, default=100, help="at most this many (100)")
+    run = what.add_parser("run", parents=[common], help="what a run's snapshot sees")
+    run.add_argument("run_id")
+    scopes = what.add_parser("scopes", parents=[common], help="a tenant's scopes")
+    scopes.add_argument("tenant")
+    entry = what.add_parser("entry", parents=[common], help="one entry by id, any tenant")
+    entry.add_argument("entry_id")
+    backup = sub.add_parser(
+        "backup", parents=[common], help="a consistent copy of a SQLite database"
+    )
+    backup.add_argument("dest", help="the new file (an absolute path on the sidecar's host)")
+    return parser
+
+
+def _admin_socket(args: argparse.Namespace) -> str | None:
+    if args.admin_socket:
+        return str(args.admin_socket)
+    if os.environ.get("OPENWOP_MEMORY_ADMIN_SOCKET"):
+        return os.environ["OPENWOP_MEMORY_ADMIN_SOCKET"]
+    config = args.config or os.environ.get("OPENWOP_MEMORY_CONFIG")
+    if config:
+        import tomllib
+
+        try:
+            with open(config, "rb") as f:
+                value = tomllib.load(f).get("admin_socket")
+        except (OSError, tomllib.TOMLDecodeError):
+            return None
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    if args.command == "backup":
+        return "admin.backup", {"path": os.path.abspath(args.dest)}
+    if args.what == "runs":
+        return "admin.runs", {"limit": args.limit}
+    if args.what == "run":
+        return "admin.run", {"runId": args.run_id}
+    if args.what == "scopes":
+        return "admin.scopes", {"tenant": args.tenant}
+    return "admin.entry", {"id": args.entry_id}
+
+
+def _ask(path: str, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        with s.makefile("rb") as f:
+            answer = json.loads(f.readline())
+    if not isinstance(answer, dict):
+        raise ValueError("not a JSON-RPC answer")
+    return answer
+
+
+def _render(args: argparse.Namespace, result: Any) -> str:
+    if args.command == "backup":
+        return f"backed up {result['bytes']} bytes to {result['path']} in {result['seconds']} s"
+    if args.what == "runs":
+        columns = ("runId", "tenant", "snapshotAt", "touchedAt", "retained", "openHere")
+        return _table(columns, result)
+    if args.what == "scopes":
+        return _table(("scope", "liveEntries"), result)
+    if args.what == "entry":
+        entry = result["entry"]
+        head = f"tenant {result['tenant']}  scope {result['scope']}"
+        head += "  (deleted)" if result["deleted"] else ""
+        return head + "\n" + _entries([entry])
+    lines = [f"run {result['runId']}  tenant {result['tenant']}  snapshot {result['snapshotAt']}"]
+    if not result["scopes"]:
+        lines.append("(sees no entries)")
+    for scope in result["scopes"]:
+        lines.append(f"\nscope {scope['scope']}  ({len(scope['entries'])} entries)")
+        lines.append(_entries(scope["entries"]))
+    return "\n".join(lines)
+
+
+def _entries(entries: list[dict[str, Any]]) -> str:
+    rows = [
+        {
+            "id": e["id"],
+            "createdAt": e["createdAt"],
+            "expiresAt": e.get("expiresAt", ""),
+            "tags": ",".join(e.get("tags", [])),
+            "content": _cut(e["content"]),
+        }
+        for e in entries
+    ]
+    return _table(("id", "createdAt", "expiresAt", "tags", "content"), rows)
+
+
+def _cut(text: str) -> str:
+    one_line = text.replace("\n", "\\n")
+    return one_line if len(one_line) <= _CONTENT_WIDTH else one_line[: _CONTENT_WIDTH - 1] + "…"
+
+
+def _table(columns: Sequence[str], rows: list[dict[str, Any]]) -> str:
+    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""What an operator may see of the memory, over the admin socket only: the runs, what one
+run's snapshot sees, a tenant's scopes, an entry by id, and a backup of the database.
+
+These cross tenants by design (an operator debugging an agent run needs exactly that), so
+:mod:`openwop_memory.wire.admin` serves them on a socket of their own, never on the
+workers'. Content is shown as stored: already redacted. Scopes are shown by their stored
+key (``issued:…`` or ``plain:…``), which names no agent and no plain ref.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from openwop_memory_client import NotFoundError, ValidationError
+
+from ..storage.base import Storage
+from ..timefmt import format_us
+from .memory import MemoryService, entry_to_wire
+
+
+class Inspector:
+    """The operator's view of one sidecar's memory (see the module)."""
+
+    def __init__(self, service: MemoryService, storage: Storage, *, max_list_limit: int) -> None:
+        self._service = service
+        self._storage = storage
+        self._max_list_limit = max_list_limit
+
+    async def runs(self, limit: int) -> list[dict[str, Any]]:
+        """Stored runs, the most recently touched first, marked when open in this process."""
+        open_here = set(self._service.open_run_ids())
+        return [
+            {
+                "runId": run.run_id,
+                "tenant": run.tenant,
+                "snapshotAt": format_us(run.snapshot_us),
+                "touchedAt": format_us(run.touched_us),
+                "retained": run.retained,
+                "openHere": run.run_id in open_here,
+            }
+            for run in await self._storage.list_runs(limit=limit)
+        ]
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        """What the run's snapshot sees, scope by scope, each as the run's own
+        ``memory.list`` (at the largest limit) would return it now. Scopes where it sees
+        nothing are left out.
+
+        :raises RunNotFoundError: no such run within retention.
+        """
+        run = await self._service.find_run(run_id)
+        storage = self._storage
+        now = storage.clock_us()
+        scopes = []
+        for info in await storage.list_scopes(tenant=run.tenant, now_us=now):
+            rows = await storage.list(
+                scope=info.scope,
+                snapshot=run.snapshot,
+                now_us=now,
+                limit=self._max_list_limit,
+                tag=None,
+            )
+            if rows:
+                scopes.append(
+                    {"scope": info.scope.key, "entries": [entry_to_wire(r) for r in rows]}
+                )
+        return {
+            "runId": run_id,
+            "tenant": run.tenant,
+            "snapshotAt": format_us(run.snapshot_us),
+            "scopes": scopes,
+        }
+
+    async def scopes(self, tenant: str) -> list[dict[str, Any]]:
+        """The tenant's scopes with their live entries now."""
+        infos = await self._storage.list_scopes(tenant=tenant, now_us=self._storage.clock_us())
+        return [{"scope": i.scope.key, "liveEntries": i.live_entries} for i in infos]
+
+    async def entry(self, entry_id: str) -> dict[str, Any]:
+        """The entry with this id, whatever its tenant, with its tenant, scope and whether
+        it is deleted.
+
+        :raises NotFoundError: no entry has this id (any more).
+        """
+        found = await self._storage.find_entry(entry_id=entry_id)
+        if found is None:
+            raise NotFoundError("no entry has this id", {"id": entry_id})
+        return {
+            "tenant": found.scope.tenant,
+            "scope": found.scope.key,
+            "deleted": found.deleted,
+            "entry": entry_to_wire(found.entry),
+        }
+
+    async def backup(self, path: str) -> dict[str, Any]:
+        """A consistent copy of the database at ``path`` (a new file), checked; its size
+        and how long it took.
+
+        :raises ValidationError: ``path`` is not absolute, exists, or its directory does
+            not; or the backend has no such backup (PostgreSQL: use its own tools).
+        :raises UpstreamUnavailableError: the copy failed or did not pass its check.
+        """
+        if not os.path.isabs(path):
+            raise ValidationError("the backup path must be absolute", {"field": "path"})
+        if os.path.lexists(path):  # noqa: ASYNC240 - a stat, not a read
+            raise ValidationError("the backup path exists; choose a new one", {"field": "path"})
+        if not os.path.isdir(os.path.dirname(path)):  # noqa: ASYNC240 - a stat
+            raise ValidationError("the backup path's directory does not exist", {"field": "path"})
+        started = time.monotonic()
+        size = await self._storage.backup(path=path)
+        return {"path": path, "bytes": size, "seconds": round(time.monotonic() - started, 3)}

@@ -1,0 +1,186 @@
+"""The admin socket: only the operator reaches it, the workers' socket knows none of its
+methods, ``inspect run`` shows exactly what the run's own list returns, and ``backup``
+copies a database under write load into a file that passes ``integrity_check``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openwop_memory.wire.admin import ADMIN_METHODS
+from support.sidecar import EXE, RawClient, RpcError, Sidecar
+
+TENANT = "t-admin"
+
+
+def admin_sidecar(workdir: Path) -> Sidecar:
+    return Sidecar(workdir, "--admin-socket", str(workdir / "admin.sock"))
+
+
+def cli(sidecar: Sidecar, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [EXE, *args, "--admin-socket", str(sidecar.workdir / "admin.sock")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def issue(client: RawClient, agent: str) -> str:
+    return str(client.call("memory.issueRef", tenant=TENANT, agent=agent)["memoryRef"])
+
+
+def put(client: RawClient, run: str, ref: str, content: str) -> dict[str, Any]:
+    result: dict[str, Any] = client.call(
+        "memory.put", runId=run, memoryRef=ref, entry={"content": content, "tags": ["k"]}
+    )
+    return result
+
+
+@pytest.mark.backend_independent
+def test_the_workers_socket_knows_no_admin_method(workdir: Path) -> None:
+    with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
+        for method in ADMIN_METHODS:
+            with pytest.raises(RpcError) as refused:
+                client.call(method)
+            assert refused.value.rpc_code == -32601, method
+            assert refused.value.details == {"resource": "method"}
+
+
+@pytest.mark.backend_independent
+def test_the_admin_socket_is_the_service_users_alone_and_goes_with_the_sidecar(
+    workdir: Path,
+) -> None:
+    with admin_sidecar(workdir) as sidecar:
+        st = os.stat(workdir / "admin.sock")
+        assert stat.S_ISSOCK(st.st_mode)
+        assert stat.S_IMODE(st.st_mode) == 0o600
+        assert st.st_uid == os.getuid()
+        with RawClient(workdir / "admin.sock") as admin:
+            assert admin.call("admin.runs") == []
+            # The admin socket serves no worker method: it is not a way around binding.
+            with pytest.raises(RpcError):
+                admin.call("memory.issueRef", tenant=TENANT, agent="a")
+        assert sidecar.stop() == 0
+    assert not (workdir / "admin.sock").exists()
+
+
+def test_inspect_run_shows_exactly_what_the_runs_list_returns(workdir: Path) -> None:
+    with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
+        refs = [issue(client, "a"), issue(client, "b"), "plain-ref"]
+        client.call("run.begin", runId="w", tenant=TENANT)
+        written = [put(client, "w", ref, f"{ref[-4:]} {i}") for ref in refs for i in range(3)]
+        client.call("run.begin", runId="seen", tenant=TENANT)
+        put(client, "w", refs[0], "after the snapshot")  # the run must not see this
+        client.call("memory.delete", runId="w", memoryRef=refs[1], id=written[3]["id"])
+        lists = [
+            client.call("memory.list", runId="seen", memoryRef=ref, options={"limit": 1000})
+            for ref in refs
+        ]
+        with RawClient(workdir / "admin.sock") as admin:
+            view = admin.call("admin.run", runId="seen")
+            runs = admin.call("admin.runs")
+        out = cli(sidecar, "inspect", "run", "seen", "--json")
+        table = cli(sidecar, "inspect", "run", "seen")
+    assert view["runId"] == "seen" and view["tenant"] == TENANT
+    assert sorted((s["entries"] for s in view["scopes"]), key=json.dumps) == sorted(
+        lists, key=json.dumps
+    )
+    assert written[3]["id"] in json.dumps(view), "deleted after the snapshot: still seen"
+    assert "after the snapshot" not in json.dumps(view)
+    assert {r["runId"] for r in runs} == {"w", "seen"}
+    assert all(r["tenant"] == TENANT and r["openHere"] and r["retained"] for r in runs)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == view
+    assert table.returncode == 0 and "run seen" in table.stdout
+    assert all(e["id"] in table.stdout for s in lists for e in s)
+
+
+def test_inspect_scopes_and_entry(workdir: Path) -> None:
+    with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
+        ref = issue(client, "a")
+        client.call("run.begin", runId="w", tenant=TENANT)
+        kept = put(client, "w", ref, "kept")
+        gone = put(client, "w", ref, "gone")
+        client.call("memory.delete", runId="w", memoryRef=ref, id=gone["id"])
+        scopes = cli(sidecar, "inspect", "scopes", TENANT, "--json")
+        entry = cli(sidecar, "inspect", "entry", kept["id"], "--json")
+        deleted = cli(sidecar, "inspect", "entry", gone["id"], "--json")
+        missing = cli(sidecar, "inspect", "entry", "mem_nothing")
+    (scope,) = json.loads(scopes.stdout)
+    assert scope["liveEntries"] == 1 and scope["scope"].startswith("issued:")
+    found = json.loads(entry.stdout)
+    assert found == {"tenant": TENANT, "scope": scope["scope"], "deleted": False, "entry": kept}
+    assert json.loads(deleted.stdout)["deleted"] is True
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "openwop-memory: not_found: no entry has this id"
+
+
+@pytest.mark.backend_independent
+def test_the_cli_says_when_no_admin_socket_is_known(workdir: Path) -> None:
+    out = subprocess.run(
+        [EXE, "inspect", "runs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OPENWOP_MEMORY_")},
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith("openwop-memory: no admin socket: pass --admin-socket PATH")
+
+
+@pytest.mark.sqlite_only
+def test_backup_under_write_load_holds_every_earlier_write_and_passes_its_check(
+    workdir: Path,
+) -> None:
+    with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
+        ref = issue(client, "a")
+        client.call("run.begin", runId="w", tenant=TENANT)
+        before = [put(client, "w", ref, f"before {i}")["id"] for i in range(200)]
+        stop = threading.Event()
+        during: list[str] = []
+
+        def write() -> None:
+            with sidecar.client() as writer:
+                writer.call("run.begin", runId="w2", tenant=TENANT)
+                while not stop.is_set():
+                    during.append(put(writer, "w2", ref, "during")["id"])
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            out = cli(sidecar, "backup", str(workdir / "copy.db"))
+            again = cli(sidecar, "backup", str(workdir / "copy.db"))
+        finally:
+            stop.set()
+            thread.join(30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("backed up ") and str(workdir / "copy.db") in out.stdout
+    assert again.returncode == 1 and "the backup path exists" in again.stderr
+    assert during, "writes went on during the backup"
+    copy = workdir / "copy.db"
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600
+    with closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        stored = {row[0] for row in db.execute("SELECT id FROM entries")}
+    assert set(before) <= stored
+
+
+def test_backup_on_postgresql_says_what_to_use_instead(workdir: Path) -> None:
+    with admin_sidecar(workdir) as sidecar:
+        if sidecar.backend.name != "postgresql":
+            pytest.skip("the PostgreSQL backend's answer (SQLite's is tested above)")
+        out = cli(sidecar, "backup", str(workdir / "copy.db"))
+    assert out.returncode == 1
+    assert "pg_dump" in out.stderr
+    assert not (workdir / "copy.db").exists()
