@@ -1,10 +1,13 @@
 """Process lifecycle: :func:`serve` → startup → accept loop → graceful shutdown.
 
 Startup refuses a socket path where a live sidecar answers and replaces a stale socket
-file. The first SIGTERM or SIGINT stops accepting, lets requests already read finish
-within ``drain_timeout``, flushes and checkpoints the database, removes the socket and
-returns normally (exit 0); a second signal exits at once. SIGHUP re-reads ``secrets_dir``
-(the host-wide and per-tenant secrets) and never stops the server.
+file; under systemd socket activation it serves the socket systemd passed instead, and
+never removes it. The first SIGTERM or SIGINT stops accepting, lets requests already read
+finish within ``drain_timeout``, flushes and checkpoints the database, removes the socket
+it created and returns normally (exit 0); a second signal exits at once. SIGHUP re-reads
+``secrets_dir`` (the host-wide and per-tenant secrets) and never stops the server. Under
+a systemd watchdog it pings only while its event loop and its database answer (see
+:meth:`Server._watchdog`).
 
 The accept loop survives running out of file descriptors (it backs off and tries again;
 open connections go on being served) and answers a connection beyond ``max_connections``
@@ -27,6 +30,7 @@ import signal
 import socket
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import anyio
 import anyio.abc
@@ -36,6 +40,7 @@ from . import __version__, gcpolicy
 from .app import App, open_app
 from .config import Settings, host_and_port
 from .errors import StartupError
+from .systemd import SystemdEnvironment, choose_listener, socket_path
 from .wire import metrics_http
 from .wire.binding import TenantBinding, peer_of
 from .wire.dispatch import Dispatcher
@@ -59,38 +64,50 @@ async def serve(settings: Settings) -> None:
     """Start a sidecar with ``settings`` and serve until a stop is requested, then shut down
     gracefully (see the module's docstring).
 
-    The socket path is checked before anything else is touched; the components are opened
-    next, and the listener last.
+    The socket path is checked before anything else is touched (unless systemd passed the
+    listening socket); the components are opened next, and the listener last.
 
     :raises StartupError: the sidecar could not start (nothing was left behind).
     """
+    systemd = SystemdEnvironment.take()
+    for reason in systemd.ignored:
+        log.info("systemd_variable_ignored", reason=reason)
     if settings.max_request_bytes <= 2 * settings.max_entry_size_bytes:
         log.warning(
             "request_cap_below_entry_size",
             hint="max_request_bytes should exceed twice max_entry_size_bytes, or large "
             "entries are refused as oversized lines rather than as too-large entries",
         )
-    check_socket_path(settings.socket)
-    _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
-    if settings.admin_socket is not None:
-        check_socket_path(settings.admin_socket)
-    app = await open_app(settings)
+    inherited = choose_listener(systemd.passed, settings.socket)
+    try:
+        if inherited is None:
+            check_socket_path(settings.socket)
+        _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
+        if settings.admin_socket is not None:
+            check_socket_path(settings.admin_socket)
+        app = await open_app(settings)
+    except BaseException:
+        if inherited is not None:
+            inherited.close()  # this process's copy; systemd keeps listening on its own
+        raise
     metrics = admin = None
     try:
         metrics = await _listen_for_metrics(settings)
         if settings.admin_socket is not None:
             # Only the service's user (and root) may connect: the admin methods cross tenants.
             admin = await _listen(settings.admin_socket, 0o600)
-        listener = await _listen(settings.socket, settings.socket_mode)
+        listening = await _listen_for_workers(settings, inherited)
     except BaseException:
         for opened in (metrics, admin):
             if opened is not None:
                 await opened.aclose()
         if admin is not None:
             _unlink(settings.admin_socket)
+        if inherited is not None:
+            inherited.close()
         await app.aclose()
         raise
-    await Server(settings, app).run(listener, metrics, admin)
+    await Server(settings, app, systemd).run(listening, metrics, admin)
 
 
 def _unlink(path: str | None) -> None:
@@ -131,6 +148,63 @@ async def _listen(path: str, mode: int) -> anyio.abc.SocketListener:
         raise StartupError(f"cannot listen on {path}: {exc.strerror}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """The listener a sidecar serves on, and whether the socket file is this process's.
+
+    ``created`` is the (device, inode) of the socket file this process made, so that only
+    that file is removed at the end, and only while it is still the one at ``path``; None
+    for a socket systemd passed, which is never removed.
+    """
+
+    listener: anyio.abc.SocketListener
+    path: str
+    created: tuple[int, int] | None
+
+
+async def _listen_for_workers(settings: Settings, inherited: socket.socket | None) -> Listening:
+    """The workers' listener: the socket systemd passed (``inherited``), or a new one at
+    ``settings.socket`` created with ``socket_mode``.
+
+    :raises StartupError: the socket cannot be created there, or the passed one used.
+    """
+    if inherited is not None:
+        path = socket_path(inherited)
+        if path != os.path.abspath(settings.socket):  # noqa: ASYNC240
+            # The probe (`health --config`) looks where the setting says: say so at once.
+            log.warning(
+                "socket_setting_differs",
+                socket=path,
+                setting=settings.socket,
+                hint="systemd passed a socket bound elsewhere; set socket to its path so "
+                "that `openwop-memory health --config` finds it",
+            )
+        try:
+            listener = await anyio.abc.SocketListener.from_socket(inherited)
+        except ValueError as exc:
+            inherited.close()
+            raise StartupError(f"cannot serve the socket systemd passed: {exc}") from None
+        return Listening(listener, path, None)
+    listener = await _listen(settings.socket, settings.socket_mode)
+    try:
+        st = os.stat(settings.socket)
+    except OSError as exc:
+        await listener.aclose()
+        raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
+    return Listening(listener, settings.socket, (st.st_dev, st.st_ino))
+
+
+def _remove_socket_file(listening: Listening) -> None:
+    """Remove the socket file this process created, unless another process has replaced
+    it meanwhile (a sidecar started while this one drained): never someone else's."""
+    if listening.created is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        st = os.stat(listening.path)
+        if (st.st_dev, st.st_ino) == listening.created:
+            os.unlink(listening.path)
+
+
 def check_socket_path(path: str) -> None:
     """Make ``path`` free for a new listener.
 
@@ -166,17 +240,6 @@ def _umask(mask: int) -> Iterator[None]:
         os.umask(old)
 
 
-def _sd_notify(message: str) -> None:
-    """Tell systemd (Type=notify) about readiness or stopping; a no-op elsewhere."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(message.encode(), address)
-
-
 def _raise_descriptor_limit(wanted: int) -> None:
     """Raise the soft RLIMIT_NOFILE towards ``wanted`` (never above the hard limit, never
     lowering it), so that ``max_connections`` is not cut short by a small default; warn
@@ -203,9 +266,13 @@ class Server:
     connections, the drain and the cleanup. It owns ``app`` once :meth:`run` starts and
     closes it on the way out."""
 
-    def __init__(self, settings: Settings, app: App) -> None:
+    def __init__(
+        self, settings: Settings, app: App, systemd: SystemdEnvironment | None = None
+    ) -> None:
         self.settings = settings
         self.app = app
+        self._systemd = systemd or SystemdEnvironment()
+        self._listening: Listening | None = None
         self.dispatcher = app.dispatcher
         self.connection_stats = app.stats.connections
         self._stop = anyio.Event()
@@ -225,13 +292,16 @@ class Server:
 
     async def run(
         self,
-        listener: anyio.abc.SocketListener,
+        listening: Listening,
         metrics: metrics_http.MetricsListener | None = None,
         admin: anyio.abc.SocketListener | None = None,
     ) -> None:
-        """Serve on ``listener`` (and scrapes on ``metrics``) until a stop is requested,
-        then shut down gracefully: close the app (flushing the storage), remove the
-        socket, log ``stopped``."""
+        """Serve on ``listening`` (and scrapes on ``metrics``, operators on ``admin``)
+        until a stop is requested, then shut down gracefully: close the app (flushing the
+        storage), remove the sockets this process made, log ``stopped``."""
+        self._listening = listening
+        listener = listening.listener
+        notify = self._systemd.notify
         gcpolicy.settle_after_startup()
         try:
             async with anyio.create_task_group() as tg:
@@ -246,10 +316,19 @@ class Server:
                     conns.start_soon(self._accept, listener, conns, self.dispatcher)
                     if admin is not None:
                         conns.start_soon(self._accept, admin, conns, self.app.admin_dispatcher)
-                    _sd_notify("READY=1")
-                    log.info("ready", socket=self.settings.socket, version=__version__)
+                    notify("READY=1")
+                    watchdog = self._systemd.watchdog_interval
+                    if watchdog is not None:
+                        tg.start_soon(self._watchdog, watchdog)
+                    log.info(
+                        "ready",
+                        socket=listening.path,
+                        socket_activation=listening.created is None,
+                        watchdog_seconds=watchdog,
+                        version=__version__,
+                    )
                     await self._stop.wait()
-                    _sd_notify("STOPPING=1")
+                    notify("STOPPING=1")
                     log.info("stopping", open_connections=len(self._connections))
                     if admin is not None:
                         await admin.aclose()
@@ -258,6 +337,46 @@ class Server:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._cleanup()
+
+    async def _watchdog(self, interval: float) -> None:
+        """Send ``WATCHDOG=1`` every half ``interval`` while the sidecar can still serve.
+
+        Each ping follows a storage health check that answered within a quarter of the
+        interval and did not report ``writer_stuck``. So a blocked event loop (this task
+        does not run), a database that no longer answers, or a commit that never ends stop
+        the pings, and systemd restarts the service ``interval`` after the last one.
+        Problems a restart cannot repair keep the pings going: failing writes, a full
+        disk, a database server that refuses connections. A restart there would only
+        drop every open run's keyring (the kubelet's liveness probe draws the same line).
+        """
+        period = interval / 2
+        withheld: str | None = None
+        tick = anyio.current_time()
+        while True:
+            with anyio.move_on_after(period / 2):
+                reason: str | None = "health_check_timeout"
+                reason = await self._watchdog_check()
+            if reason is None:
+                self._systemd.notify("WATCHDOG=1")
+                if withheld is not None:
+                    log.info("watchdog_resumed", was=withheld)
+                    self._systemd.notify("STATUS=serving")
+            elif reason != withheld:
+                log.error("watchdog_withheld", reason=reason, restart_after_seconds=interval)
+                self._systemd.notify(f"STATUS=watchdog withheld: {reason}")
+            withheld = reason
+            # Fixed ticks: a slow check delays this ping, never the ones after it.
+            tick += period
+            await anyio.sleep_until(max(tick, anyio.current_time()))
+
+    async def _watchdog_check(self) -> str | None:
+        """None when storage's health answers without a stuck writer; otherwise why the
+        watchdog ping is withheld."""
+        try:
+            health = await self.app.storage.health()
+        except Exception:  # noqa: BLE001 - it answered: the database is down, not us
+            return None
+        return "writer_stuck" if "writer_stuck" in health.problems else None
 
     async def _accept(
         self,
@@ -412,6 +531,7 @@ class Server:
 
     async def _cleanup(self) -> None:
         await self.app.aclose()
-        _unlink(self.settings.socket)
+        if self._listening is not None:
+            _remove_socket_file(self._listening)
         _unlink(self.settings.admin_socket)
         log.info("stopped")
