@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 VAR    := var
 
-.PHONY: run test lint typecheck unit bench soak clean
+.PHONY: run test lint typecheck unit bench soak clean lock image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,26 @@ bench: $(TSTAMP)
 # PASS/FAIL verdict on its growth after warm-up; exits 0 whatever. SOAK_SECONDS=60 for a short one.
 soak: $(TSTAMP)
 	$(BIN)/python bench/soak.py
+
+# The sidecar's dependencies (with the PostgreSQL driver, and setuptools to build the two
+# local packages without fetching anything else), pinned with the hashes of every file PyPI
+# has for them, so that one lock serves amd64 and arm64. The Dockerfile and
+# systemd/README.md install from it with --require-hashes. Run after changing a dependency
+# in client/ or sidecar/, and commit the result; the two local packages are left out.
+LOCK := sidecar/requirements.lock
+lock: $(TSTAMP)
+	printf '%s\n' '$(CURDIR)/client' '$(CURDIR)/sidecar[postgresql]' 'setuptools>=77' > $(VENV)/lock.in
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-header --no-annotate \
+	    --no-emit-index-url --no-emit-find-links \
+	    --unsafe-package openwop-memory --unsafe-package openwop-memory-client \
+	    --output-file $(LOCK) $(VENV)/lock.in
+
+# The image, where a container engine answers (not part of `make test`; the Dockerfile's
+# properties are checked by tests/test_deployment.py).
+IMAGE ?= openwop-memory:0.1.0
+ENGINE ?= docker
+image:
+	$(ENGINE) build --tag $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) $(VAR)

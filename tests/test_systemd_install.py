@@ -1,0 +1,308 @@
+"""systemd/README.md, followed to the letter on this machine.
+
+Every command of every ``sh`` block of the page runs, in order, from a copy of the checkout,
+inside a mount namespace whose ``/etc``, ``/opt``, ``/usr/local``, ``/var`` and ``/run`` are
+overlays with throwaway upper layers: a scratch root standing in for ``/`` that leaves the
+host as it was. Only the lines that need a running systemd cannot run here (the test
+machines have none); the test does what systemd would do for them with the *installed*
+units: it binds the socket as ``openwop-memory.socket`` says, makes the state directory as
+``StateDirectory=`` says, and starts ``ExecStart=`` as ``User=`` with the socket as
+descriptor 3, the unit's ``UMask=`` and ``WorkingDirectory=``, and reads its notifications.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "systemd" / "README.md"
+# What stands in for "/": each of these is an overlay of the host's directory.
+_SCRATCH = ("/etc", "/opt", "/usr/local", "/var", "/run")
+# A command that needs a running service manager; the test stands in for it.
+_NEEDS_SYSTEMD = re.compile(
+    r"^(systemctl (daemon-reload|start|stop|restart|reload|status)|journalctl)\b"
+)
+WORKER_USER = "agent-worker"
+
+
+def shell_blocks(text: str) -> list[list[str]]:
+    """The commands of each ``sh`` block: continuation lines joined, comments dropped."""
+    blocks = []
+    for body in re.findall(r"^```sh\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        joined = body.replace("\\\n", " ")
+        commands = []
+        for line in joined.splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(line.strip())
+        blocks.append(commands)
+    return blocks
+
+
+def unit(path: Path) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(path.read_text())
+    return parser
+
+
+class Namespace:
+    """A process holding a mount namespace with the scratch overlays; commands enter it."""
+
+    def __init__(self, scratch: Path) -> None:
+        mounts = [f"mount -t tmpfs scratch {scratch}"]
+        for i, directory in enumerate(_SCRATCH):
+            upper, work = scratch / f"u{i}", scratch / f"w{i}"
+            mounts.append(f"mkdir -p {upper} {work}")
+            mounts.append(
+                f"mount -t overlay overlay -o lowerdir={directory},upperdir={upper},"
+                f"workdir={work} {directory}"
+            )
+        script = " && ".join(mounts) + " && echo ready && exec sleep 3600"
+        self.proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != b"ready":
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=10)
+            raise RuntimeError(f"cannot set up the scratch root: {err.decode()}")
+
+    @property
+    def root(self) -> Path:
+        """The namespace's ``/``, as seen from outside it."""
+        return Path(f"/proc/{self.proc.pid}/root")
+
+    def argv(self, *command: str, cwd: Path = Path("/")) -> list[str]:
+        # Entering a mount namespace moves to its root: the directory is named again.
+        return ["nsenter", f"--target={self.proc.pid}", "--mount", f"--wd={cwd}", "--", *command]
+
+    def run(self, command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv("bash", "-euo", "pipefail", "-c", command, cwd=cwd),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    def bound_listener(self, path: str, backlog: int) -> socket.socket:
+        """A listening socket bound to ``path`` inside the namespace, so that its name is
+        that path (as for systemd's own), received here over a socket pair."""
+        here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        script = (
+            "import socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "s.bind(sys.argv[1]); s.listen(int(sys.argv[2]))\n"
+            "socket.send_fds(socket.socket(fileno=int(sys.argv[3])), [b'l'], [s.fileno()])\n"
+        )
+        with here, there:
+            subprocess.run(
+                self.argv(
+                    "/usr/bin/python3", "-c", script, path, str(backlog), str(there.fileno())
+                ),
+                pass_fds=[there.fileno()],
+                check=True,
+                timeout=30,
+            )
+            _, fds, _, _ = socket.recv_fds(here, 1, 1)
+        return socket.socket(fileno=fds[0])
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _ids(ns: Namespace, user: str, group: str) -> tuple[int, int]:
+    """uid and gid of ``user`` and ``group`` in the scratch root's user database."""
+    uid = gid = -1
+    for line in (ns.root / "etc/passwd").read_text().splitlines():
+        if line.split(":")[0] == user:
+            uid = int(line.split(":")[2])
+    for line in (ns.root / "etc/group").read_text().splitlines():
+        if line.split(":")[0] == group:
+            gid = int(line.split(":")[2])
+    assert uid >= 0 and gid >= 0, (user, group)
+    return uid, gid
+
+
+class StandInManager:
+    """What systemd does for ``systemctl start openwop-memory.socket openwop-memory.service``,
+    from the units installed in the scratch root."""
+
+    def __init__(self, ns: Namespace, workdir: Path) -> None:
+        self.ns = ns
+        self.workdir = workdir
+        self.listener: socket.socket | None = None
+        self.notify: socket.socket | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.messages: list[str] = []
+
+    def start(self) -> None:
+        units = self.ns.root / "etc/systemd/system"
+        socket_unit = unit(units / "openwop-memory.socket")["Socket"]
+        service = unit(units / "openwop-memory.service")["Service"]
+        path = socket_unit["ListenStream"]
+        owner = _ids(self.ns, socket_unit["SocketUser"], socket_unit["SocketGroup"])
+        user = _ids(self.ns, service["User"], service["Group"])
+        # The socket unit: created by the manager (root), then handed to its owner.
+        self.listener = self.ns.bound_listener(path, int(socket_unit.get("Backlog", "128")))
+        os.chown(str(self.ns.root) + path, *owner)
+        os.chmod(str(self.ns.root) + path, int(socket_unit["SocketMode"], 8))
+        # StateDirectory=: /var/lib/<name>, owned by the service's user, with its mode.
+        state = self.ns.root / "var/lib" / service["StateDirectory"]
+        state.mkdir(mode=int(service["StateDirectoryMode"], 8), exist_ok=True)
+        os.chown(state, *user)
+        # The manager's notification socket (inside the scratch /run, writable by the user).
+        notify_path = "/run/test-notify.sock"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(str(self.ns.root) + notify_path)
+        os.chmod(str(self.ns.root) + notify_path, 0o666)  # noqa: S103 - systemd's is too
+        watchdog_seconds = float(service["WatchdogSec"].removesuffix("s"))
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LISTEN_FDS": "1",
+            "LISTEN_FDNAMES": "openwop-memory.socket",
+            "NOTIFY_SOCKET": notify_path,
+            "WATCHDOG_USEC": str(int(watchdog_seconds * 1_000_000)),
+        }
+        exec_start = shlex.split(service["ExecStart"])
+        wrapper = (
+            f"umask {service['UMask']}; cd {shlex.quote(service['WorkingDirectory'])}; "
+            "gid=$1; shift; export LISTEN_PID=$$; "
+            'exec setpriv --reuid="$0" --regid="$gid" --init-groups "$@"'
+        )
+        fd = self.listener.fileno()
+
+        def as_descriptor_3() -> None:
+            os.dup2(fd, 3)
+            os.set_inheritable(3, True)
+
+        with open(self.workdir / "service.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                self.ns.argv("/bin/sh", "-c", wrapper, str(user[0]), str(user[1]), *exec_start),
+                stdout=log,
+                stderr=log,
+                env=env,
+                close_fds=False,
+                preexec_fn=as_descriptor_3,
+            )
+        self.wait_for("READY=1")
+
+    def wait_for(self, message: str, timeout: float = 30.0) -> None:
+        assert self.notify is not None and self.proc is not None
+        deadline = time.monotonic() + timeout
+        while message not in self.messages:
+            if self.proc.poll() is not None and message == "READY=1":
+                raise AssertionError(f"the service exited {self.proc.returncode}: {self.log()}")
+            self.notify.settimeout(max(0.01, min(1.0, deadline - time.monotonic())))
+            try:
+                self.messages.extend(self.notify.recv(4096).decode().split("\n"))
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no {message} from the service: {self.log()}") from None
+
+    def log(self) -> str:
+        path = self.workdir / "service.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(30)
+        self.wait_for("STOPPING=1", timeout=5)
+        return code
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for sock in (self.listener, self.notify):
+            if sock is not None:
+                sock.close()
+
+
+@pytest.fixture
+def scratch_root(tmp_path: Path) -> Iterator[Namespace]:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.fail("the install test needs root and unshare(1), as CI has")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    ns = Namespace(scratch)
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
+def _checkout_copy(tmp_path: Path) -> Path:
+    """The files the page's commands read, without build output of earlier installs."""
+    checkout = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    for part in ("client", "sidecar", "systemd"):
+        shutil.copytree(ROOT / part, checkout / part, ignore=ignore)
+    return checkout
+
+
+def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespace) -> None:
+    ns = scratch_root
+    checkout = _checkout_copy(tmp_path)
+    env = {**os.environ, "WORKER_USER": WORKER_USER}
+    for name in [n for n in env if n.startswith("OPENWOP_MEMORY_") or n == "NOTIFY_SOCKET"]:
+        del env[name]
+    # Root's PATH here finds a pyenv Python first: the page must not depend on it.
+    assert "python3" in (shutil.which("python3") or "")
+    manager = StandInManager(ns, tmp_path)
+    stood_in: list[str] = []
+    try:
+        for block in shell_blocks(README.read_text()):
+            for command in block:
+                if _NEEDS_SYSTEMD.match(command):
+                    stood_in.append(command)
+                    if command.startswith("systemctl start"):
+                        assert "openwop-memory.socket" in command
+                        # The worker the access section names, created as an admin would.
+                        added = ns.run(f"useradd --no-create-home {WORKER_USER}", checkout, env)
+                        assert added.returncode == 0, added.stderr
+                        manager.start()
+                    continue
+                result = ns.run(command, checkout, env)
+                assert result.returncode == 0, (
+                    f"systemd/README.md: `{command}` failed ({result.returncode}):\n"
+                    f"{result.stdout}{result.stderr}\n{manager.log()}"
+                )
+        assert manager.proc is not None, "the page never starts the service"
+        assert any(c.startswith("systemctl daemon-reload") for c in stood_in)
+        # What the commands left behind is what the unit and the configuration expect.
+        secrets = ns.root / "etc/openwop-memory/secrets"
+        uid, gid = _ids(ns, "openwop-memory", "openwop-memory")
+        assert (secrets.stat().st_uid, secrets.stat().st_gid) == (uid, gid)
+        assert secrets.stat().st_mode & 0o777 == 0o700
+        runtime = ns.root / "run/openwop-memory"
+        assert (runtime.stat().st_gid, runtime.stat().st_mode & 0o777) == (gid, 0o750)
+        assert '"level":"warning"' not in manager.log().replace(" ", ""), manager.log()
+        assert manager.stop() == 0, manager.log()
+        assert (ns.root / "run/openwop-memory/memory.sock").is_socket()
+    finally:
+        manager.close()
