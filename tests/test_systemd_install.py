@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_deployment import _PROBE_COST, _prose, measure_probe, within_2x
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
 
@@ -302,6 +303,15 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         runtime = ns.root / "run/openwop-memory"
         assert (runtime.stat().st_gid, runtime.stat().st_mode & 0o777) == (gid, 0o750)
         assert '"level":"warning"' not in manager.log().replace(" ", ""), manager.log()
+        # The probe's cost, as installed: what the page quotes.
+        cost = measure_probe(
+            "/run/openwop-memory/memory.sock", ns.argv("openwop-memory", "health"), env=env
+        )
+        quoted = _PROBE_COST.findall(_prose(README.read_text()))
+        assert quoted
+        for wall, cpu in quoted:
+            assert within_2x(float(wall), cost.wall), (wall, cost)
+            assert within_2x(float(cpu), cost.cpu), (cpu, cost)
         assert manager.stop() == 0, manager.log()
         assert (ns.root / "run/openwop-memory/memory.sock").is_socket()
     finally:

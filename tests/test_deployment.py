@@ -1,0 +1,416 @@
+"""The deployment files say what is true, measured here on every run.
+
+- The systemd unit's offline security score stays at most 1.0, and systemd/README.md quotes
+  the score this systemd prints.
+- The cost of one ``openwop-memory health`` (wall time and CPU, the median of ten calls
+  against an idle sidecar), and the sidecar's peak RSS and CPU per request under a short
+  mixed load, are within 2x of every figure the docs and manifests quote for them.
+- Every Kubernetes manifest validates offline against the API schemas of the versions it
+  targets (``kubernetes-validate --strict``), and its sidecar's probes and resources agree
+  with its own settings and with the measured figures.
+- The Dockerfile installs from the hashed lock, builds in a stage of its own, and runs as
+  a numeric non-root user with STOPSIGNAL and a HEALTHCHECK.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from support.sidecar import RawClient, Sidecar
+
+pytestmark = [
+    pytest.mark.backend_independent,
+    pytest.mark.usefixtures("isolated_environment"),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMD_README = ROOT / "systemd" / "README.md"
+KUBERNETES_README = ROOT / "kubernetes" / "README.md"
+DOCKERFILE = ROOT / "Dockerfile"
+LOCK = ROOT / "sidecar" / "requirements.lock"
+# Manifest → the Kubernetes versions it is for (the oldest it supports, and a later one).
+MANIFESTS = {
+    "deployment.yaml": ["1.29.0", "1.31.0"],
+    "statefulset.yaml": ["1.29.0", "1.31.0"],
+    "fleet-postgresql.yaml": ["1.29.0", "1.31.0"],
+    "deployment-pre-1.29.yaml": ["1.27.0", "1.28.0"],
+}
+# "costs about 0.04 s of wall time and 0.02 s of CPU", wherever a file quotes the probe.
+_PROBE_COST = re.compile(r"about ([\d.]+) s of wall time and ([\d.]+) s of CPU")
+_MEBI = 1 << 20
+
+
+def _prose(text: str) -> str:
+    """``text`` as one line: comment markers at line starts and runs of blanks removed."""
+    return " ".join(re.sub(r"\n\s*#", "\n", text).split())
+
+
+def within_2x(documented: float, measured: float) -> bool:
+    return documented / 2 <= measured <= documented * 2
+
+
+# -- measurements -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeCost:
+    wall: float
+    cpu: float
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    peak_rss_mib: float
+    cpu_us_per_request: float
+    requests: int
+
+
+# The probe as installed: the system's interpreter running the sidecar's sources. The
+# development install's own `openwop-memory` would add its interpreter's start-up and the
+# import hooks of the editable install, which no deployment has.
+INSTALLED_HEALTH = ["/usr/bin/python3", "-m", "openwop_memory", "health"]
+
+
+def measure_probe(
+    socket_path: Path | str,
+    health: list[str] = INSTALLED_HEALTH,
+    *,
+    env: dict[str, str] | None = None,
+    calls: int = 10,
+) -> ProbeCost:
+    """The median wall time and CPU (user + system, from the child's rusage) of ``health``
+    (a command line ending in ``openwop-memory health``) against a sidecar that answers
+    ``ok``."""
+    if env is None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "sidecar" / "src")}
+    walls, cpus = [], []
+    for _ in range(calls):
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [*health, "--socket", str(socket_path), "--timeout", "3"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        walls.append(time.perf_counter() - started)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        assert proc.returncode == 0
+        cpus.append(usage.ru_utime + usage.ru_stime)
+    return ProbeCost(statistics.median(walls), statistics.median(cpus))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    assert match is not None
+    return int(match.group(1)) / 1024
+
+
+def measure_load(sidecar: Sidecar, seconds: float = 3.0, clients: int = 8) -> LoadFigures:
+    """Peak RSS and CPU per request of ``sidecar`` under ``clients`` connections doing, in
+    turn, a put of a 1 KiB note redacted with the run's two secrets, a get and a list."""
+    assert sidecar.proc is not None
+    pid = sidecar.proc.pid
+    counts = [0] * clients
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def client(index: int) -> None:
+        try:
+            with RawClient(sidecar.socket) as c:
+                run = f"load-{index}"
+                secrets = [
+                    {"id": "api", "value": f"sk-live-{index:04d}-4f9a8b7c6d5e"},
+                    {"id": "db", "value": f"hunter2-{index:04d}-password"},
+                ]
+                c.call("run.begin", runId=run, tenant=f"t{index % 4}", secrets=secrets)
+                ref = f"notes/{index}"
+                note = f"a note of client {index}, mentioning sk-live-{index:04d}-4f9a8b7c6d5e "
+                note = (note * (1024 // len(note) + 1))[:1024]
+                n = 0
+                while not stop.is_set():
+                    entry = c.call("memory.put", runId=run, memoryRef=ref, entry={"content": note})
+                    c.call("memory.get", runId=run, memoryRef=ref, id=entry["id"])
+                    c.call("memory.list", runId=run, memoryRef=ref, options={"limit": 10})
+                    n += 3
+                    counts[index] = n
+        except BaseException as exc:  # reported by the caller, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    cpu_before = _cpu_seconds(pid)
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    requests = sum(counts)
+    cpu = _cpu_seconds(pid) - cpu_before
+    return LoadFigures(_peak_rss_mib(pid), cpu / requests * 1e6, requests)
+
+
+@dataclass(frozen=True)
+class Measured:
+    probe: ProbeCost
+    load: LoadFigures
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Measured]:
+    """One sidecar, measured idle (the probe) and then under load."""
+    workdir = tmp_path_factory.mktemp("deploy")
+    with Sidecar(workdir) as sidecar:
+        probe = measure_probe(sidecar.socket)
+        load = measure_load(sidecar)
+        figures = Measured(probe, load)
+        print(f"\nmeasured: {figures}")  # the figures the docs quote, for whoever updates them
+        yield figures
+
+
+def test_the_documented_probe_cost_is_the_measured_one(measured: Measured) -> None:
+    files = [
+        SYSTEMD_README,
+        KUBERNETES_README,
+        DOCKERFILE,
+        *(ROOT / "kubernetes" / name for name in MANIFESTS if "pre-1.29" not in name),
+    ]
+    quoted = {f.name: _PROBE_COST.findall(_prose(f.read_text())) for f in files}
+    assert all(quoted.values()), f"a file no longer quotes the probe's cost: {quoted}"
+    for name, figures in quoted.items():
+        for wall, cpu in figures:
+            assert within_2x(float(wall), measured.probe.wall), (name, wall, measured.probe)
+            assert within_2x(float(cpu), measured.probe.cpu), (name, cpu, measured.probe)
+
+
+def test_the_documented_load_figures_are_the_measured_ones(measured: Measured) -> None:
+    text = _prose(KUBERNETES_README.read_text())
+    rss = re.search(r"peaked at about (\d+) MiB resident", text)
+    cpu = re.search(r"about (\d+) µs of CPU per request", text)
+    assert rss is not None and cpu is not None, "kubernetes/README.md no longer quotes them"
+    assert within_2x(float(rss.group(1)), measured.load.peak_rss_mib), measured.load
+    assert within_2x(float(cpu.group(1)), measured.load.cpu_us_per_request), measured.load
+
+
+# -- systemd ------------------------------------------------------------------------------
+
+
+def _systemd_version() -> int:
+    out = subprocess.run(
+        ["systemd-analyze", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    match = re.match(r"systemd (\d+)", out)
+    assert match is not None, out
+    return int(match.group(1))
+
+
+def security_score(unit: Path) -> float:
+    """``systemd-analyze security --offline=true``'s overall exposure of ``unit``."""
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    match = re.search(r"Overall exposure level for \S+: ([\d.]+)", result.stdout + result.stderr)
+    assert match is not None, result.stdout + result.stderr
+    return float(match.group(1))
+
+
+def test_the_unit_s_security_score_is_low_and_quoted_as_measured() -> None:
+    score = security_score(ROOT / "systemd" / "openwop-memory.service")
+    assert score <= 1.0, f"systemd-analyze security rates the unit {score}"
+    text = " ".join(SYSTEMD_README.read_text().split())
+    quoted = re.findall(r"rates it ([\d.]+) \(\"SAFE\"\) with systemd (\d+)", text)
+    assert quoted, "systemd/README.md no longer quotes the score"
+    for documented, version in quoted:
+        if int(version) == _systemd_version():
+            assert float(documented) == score, (documented, score)
+        else:
+            assert within_2x(float(documented), score), (documented, version, score)
+
+
+def test_the_socket_unit_and_the_configuration_agree() -> None:
+    """The socket unit's path is the ``socket`` setting of the example configuration (the
+    probe reads it there), and the service's watchdog is set."""
+    socket_unit = (ROOT / "systemd" / "openwop-memory.socket").read_text()
+    listen = re.search(r"^ListenStream=(\S+)$", socket_unit, re.MULTILINE)
+    assert listen is not None
+    config = tomllib.loads((ROOT / "systemd" / "openwop-memory.toml").read_text())
+    assert config["socket"] == listen.group(1)
+    assert re.search(r"^SocketMode=0?660$", socket_unit, re.MULTILINE)
+    service = (ROOT / "systemd" / "openwop-memory.service").read_text()
+    assert re.search(r"^WatchdogSec=\d+s$", service, re.MULTILINE)
+    assert re.search(r"^RuntimeDirectoryPreserve=yes$", service, re.MULTILINE)
+
+
+# -- Kubernetes ---------------------------------------------------------------------------
+
+
+def _documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / "kubernetes" / name).read_text()) if d]
+
+
+@pytest.mark.parametrize(
+    ("name", "version"), [(n, v) for n, versions in MANIFESTS.items() for v in versions]
+)
+def test_the_manifest_validates_offline(name: str, version: str) -> None:
+    documents = _documents(name)
+    assert documents
+    for document in documents:
+        try:
+            kubernetes_validate.validate(document, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name} against {version}: {exc.message}")
+
+
+def test_every_manifest_is_validated() -> None:
+    assert set(MANIFESTS) == {p.name for p in (ROOT / "kubernetes").glob("*.yaml")}
+
+
+def _quantity_bytes(value: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    for suffix, factor in units.items():
+        if value.endswith(suffix):
+            return int(value.removesuffix(suffix)) * factor
+    return int(value)
+
+
+def _sidecar(document: dict[str, Any]) -> dict[str, Any]:
+    spec = document["spec"]["template"]["spec"]
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    (memory,) = [c for c in containers if c["name"] == "memory"]
+    return dict(memory)
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def _health_timeout(probe: dict[str, Any]) -> float:
+    command = " ".join(probe["exec"]["command"])
+    match = re.search(r"health .*--timeout (\d+)", command)
+    assert match is not None, command
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_the_sidecar_s_probes_and_resources_fit(name: str, measured: Measured) -> None:
+    (workload,) = [d for d in _documents(name) if d["kind"] in ("Deployment", "StatefulSet")]
+    sidecar = _sidecar(workload)
+    env = _env(sidecar)
+    # Each probe lets the sidecar answer within its --timeout, and the probe process start.
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = sidecar.get(kind)
+        if probe is None:
+            assert kind == "startupProbe" and name == "deployment-pre-1.29.yaml"
+            continue
+        assert probe["timeoutSeconds"] >= _health_timeout(probe) + 20 * measured.probe.wall
+    liveness = sidecar["livenessProbe"]
+    assert "test $? -ne 2" in " ".join(liveness["exec"]["command"]), "restarts on degraded"
+    if "OPENWOP_MEMORY_POSTGRESQL_COMMAND_TIMEOUT" in env:
+        slowest = sum(
+            float(env[f"OPENWOP_MEMORY_POSTGRESQL_{k}_TIMEOUT"].removesuffix("s"))
+            for k in ("CONNECT", "COMMAND")
+        )
+        assert _health_timeout(liveness) > slowest, "a slow database would restart the sidecar"
+    # Memory: the measured peak, plus what the settings let it hold at most.
+    resources = sidecar["resources"]
+    request = _quantity_bytes(resources["requests"]["memory"])
+    limit = _quantity_bytes(resources["limits"]["memory"])
+    assert request >= measured.load.peak_rss_mib * _MEBI
+    keyrings = int(env["OPENWOP_MEMORY_MAX_KEYRING_MEMORY_BYTES"])
+    per_connection = int(env.get("OPENWOP_MEMORY_MAX_REQUEST_BYTES", 1 << 20)) + int(
+        env.get("OPENWOP_MEMORY_MAX_UNSENT_ANSWER_BYTES", 4 << 20)
+    )
+    connections = int(env["OPENWOP_MEMORY_MAX_CONNECTIONS"]) * per_connection
+    assert limit >= measured.load.peak_rss_mib * _MEBI + keyrings + connections
+
+
+# -- the image ----------------------------------------------------------------------------
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined."""
+    logical = re.sub(r"\\\n", " ", text)
+    found = []
+    for line in logical.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            found.append((keyword.upper(), " ".join(rest.split())))
+    return found
+
+
+def _stages(instructions: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for keyword, rest in instructions:
+        if keyword == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((keyword, rest))
+    return stages
+
+
+def test_the_image_installs_pinned_hashed_dependencies_and_runs_unprivileged() -> None:
+    stages = _stages(_instructions(DOCKERFILE.read_text()))
+    assert len(stages) >= 2, "the build runs in a stage of its own"
+    build, final = stages[0], stages[-1]
+    build_runs = " ".join(rest for keyword, rest in build if keyword == "RUN")
+    assert "--require-hashes -r /tmp/requirements.lock" in build_runs
+    assert ("COPY", "sidecar/requirements.lock /tmp/requirements.lock") in build
+    assert "--no-deps" in build_runs  # the local packages bring nothing unlocked
+    # The final stage copies the built environment and installs nothing.
+    final_runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    for tool in ("pip install", "apt-get install", "apt install", "gcc", "build-essential"):
+        assert tool not in final_runs, tool
+    assert "pip uninstall --yes pip" in final_runs
+    assert any(k == "COPY" and r.startswith("--from=build ") for k, r in final)
+    user = [rest for keyword, rest in final if keyword == "USER"]
+    assert user and re.fullmatch(r"[1-9]\d*(:[1-9]\d*)?", user[-1]), user
+    assert ("STOPSIGNAL", "SIGTERM") in final
+    healthcheck = [rest for keyword, rest in final if keyword == "HEALTHCHECK"]
+    assert healthcheck and '"openwop-memory", "health"' in healthcheck[-1], healthcheck
+    dockerignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!sidecar/" in dockerignore  # the lock is in the build context
+
+
+def test_the_lock_pins_every_dependency_with_hashes() -> None:
+    text = re.sub(r"\\\n", " ", LOCK.read_text())
+    pinned: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement, _, hashes = line.partition(" ")
+            name, _, version = requirement.partition("==")
+            assert version and "--hash=sha256:" in hashes, line
+            pinned[name.lower().replace("_", "-")] = version
+    project = tomllib.loads((ROOT / "sidecar" / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["postgresql"]]
+    for spec in wanted:
+        wanted_requirement = Requirement(spec)
+        name = wanted_requirement.name.lower().replace("_", "-")
+        if name == "openwop-memory-client":
+            continue  # installed from the checkout, beside the lock
+        assert name in pinned, f"{name} is not in {LOCK.name}: run make lock"
+        assert wanted_requirement.specifier.contains(pinned[name]), (spec, pinned[name])
