@@ -68,6 +68,9 @@ lock: $(TSTAMP)
 	    --no-emit-index-url --no-emit-find-links \
 	    --unsafe-package openwop-memory --unsafe-package openwop-memory-client \
 	    --output-file $(LOCK) $(VENV)/lock.in
+	sed -i '/^# WARNING: The following packages were not pinned/,$$d' $(LOCK)
+	printf '%s\n' '# openwop-memory and openwop-memory-client are installed from the checkout with' \
+	    '# --no-deps, after this file.' >> $(LOCK)
 
 # The image, where a container engine answers (not part of `make test`; the Dockerfile's
 # properties are checked by tests/test_deployment.py).
