@@ -63,6 +63,21 @@ def within_2x(documented: float, measured: float) -> bool:
     return documented / 2 <= measured <= documented * 2
 
 
+def machine_overloaded() -> bool:
+    """More runnable processes than 1.5 per CPU over the last minute (other test runs on a
+    shared machine): then even the quickest of ten short processes waits for a CPU, and
+    its wall time measures the machine, not the probe. Its CPU time is checked anyway."""
+    return os.getloadavg()[0] > 1.5 * (os.cpu_count() or 1)
+
+
+def assert_probe_cost_quoted(name: str, wall: str, cpu: str, measured: ProbeCost) -> None:
+    """The quoted figures are within 2x of the measured ones (the wall time only when the
+    machine is not overloaded)."""
+    assert within_2x(float(cpu), measured.cpu), (name, cpu, measured)
+    if not machine_overloaded():
+        assert within_2x(float(wall), measured.wall), (name, wall, measured)
+
+
 # -- measurements -------------------------------------------------------------------------
 
 
@@ -202,8 +217,7 @@ def test_the_documented_probe_cost_is_the_measured_one(measured: Measured) -> No
     assert all(quoted.values()), f"a file no longer quotes the probe's cost: {quoted}"
     for name, figures in quoted.items():
         for wall, cpu in figures:
-            assert within_2x(float(wall), measured.probe.wall), (name, wall, measured.probe)
-            assert within_2x(float(cpu), measured.probe.cpu), (name, cpu, measured.probe)
+            assert_probe_cost_quoted(name, wall, cpu, measured.probe)
 
 
 def test_the_documented_load_figures_are_the_measured_ones(measured: Measured) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_deployment import _PROBE_COST, _prose, measure_probe, within_2x
+from test_deployment import _PROBE_COST, _prose, assert_probe_cost_quoted, measure_probe
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
 
@@ -310,8 +310,7 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         quoted = _PROBE_COST.findall(_prose(README.read_text()))
         assert quoted
         for wall, cpu in quoted:
-            assert within_2x(float(wall), cost.wall), (wall, cost)
-            assert within_2x(float(cpu), cost.cpu), (cpu, cost)
+            assert_probe_cost_quoted("systemd/README.md", wall, cpu, cost)
         assert manager.stop() == 0, manager.log()
         assert (ns.root / "run/openwop-memory/memory.sock").is_socket()
     finally:
