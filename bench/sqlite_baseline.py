@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from openwop_memory.retrieval import estimate_tokens
 from openwop_memory.storage.sqlite_schema import MIGRATIONS
 
 PRAGMAS = (
@@ -64,7 +65,10 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     for _, statements in MIGRATIONS:
         for statement in statements:
-            conn.execute(statement)
+            if isinstance(statement, str):
+                conn.execute(statement)
+            else:
+                statement(conn)
     conn.execute(
         "INSERT INTO scopes (scope_pk, tenant, key) VALUES (?, ?, ?)",
         (_SCOPE_PK, "bench", "bench-scope"),
@@ -93,6 +97,7 @@ def _commit_batch(conn: sqlite3.Connection, entries: list[dict[str, Any]]) -> No
                     orjson.dumps(entry["tags"]),
                     last_us,
                     None,
+                    estimate_tokens(entry["content"]),
                 )
             )
             tags.extend((_SCOPE_PK, tag, seq) for tag in entry["tags"])

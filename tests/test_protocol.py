@@ -61,6 +61,12 @@ def test_capabilities_shape(client: RawClient) -> None:
                 "maxEntrySizeBytes": 65536,
                 "ttlSupported": True,
                 "writable": True,
+                "injectionBudget": {
+                    "supported": True,
+                    "tokenCounter": "openwop-memory-estimate-1",
+                    "approximates": "cl100k_base",
+                },
+                "search": {"supported": True},
             },
         }
     }

@@ -8,7 +8,7 @@ fields. Limits that depend on the sidecar's configuration (entry size) or on the
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -51,6 +51,7 @@ MAX_NAME_CHARS = 128
 SECRET_ID_FREE = r"^[^\]\x00-\x1f\x7f-\x9f]*$"  # noqa: S105 - a pattern, not a password
 MAX_TAGS = 64
 MAX_TAG_CHARS = 256
+MAX_QUERY_CHARS = 4096
 
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=CONTROL_FREE)
@@ -118,10 +119,16 @@ class RunEndParams(_Params):
 
 
 class MemoryListOptions(_Params):
-    """``memory-list-options.schema.json``: ``limit`` 0 or omitted means the host default."""
+    """``memory-list-options.schema.json`` (v2): ``limit`` 0 or omitted means the host
+    default; ``rank`` is ``recency`` (the default) or ``relevance``, which needs ``query``
+    (ignored under ``recency``; the sidecar refuses ``relevance`` without it, naming
+    ``options.query``); ``tokenBudget`` bounds the tokens of what is returned."""
 
     limit: int | None = Field(default=None, ge=0)
     tag: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS)] | None = None
+    tokenBudget: int | None = Field(default=None, ge=1)
+    rank: Literal["recency", "relevance"] | None = None
+    query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)] | None = None
 
 
 class EntryInput(_Params):

@@ -36,6 +36,7 @@ from openwop_memory_client.wire import (
 from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
+from ..retrieval import APPROXIMATED_TOKENIZER, TOKEN_COUNTER, query_terms
 from ..storage.base import (
     BeginOutcome,
     BeginResult,
@@ -67,6 +68,22 @@ class ServiceConfig:
     max_open_runs: int = 10_000
     max_run_secret_bytes: int = 16 << 10
     max_keyring_memory_bytes: int = 256 << 20
+
+
+# No entry can count this many tokens (entries are capped far below it); it also fits a
+# signed 32-bit column.
+_MAX_TOKEN_BOUND = 2**31 - 1
+
+
+def within_budget(rows: list[EntryRow], budget: int) -> list[EntryRow]:
+    """The longest prefix of ``rows`` (ranked, none over ``budget`` on its own) whose
+    token counts add up to at most ``budget``."""
+    spent = 0
+    for index, row in enumerate(rows):
+        spent += row.tokens
+        if spent > budget:
+            return rows[:index]
+    return rows
 
 
 def entry_to_wire(row: EntryRow) -> dict[str, Any]:
@@ -160,6 +177,16 @@ class MemoryService:
                     "maxEntrySizeBytes": self._config.max_entry_size_bytes,
                     "ttlSupported": True,
                     "writable": True,
+                    # RFC 0113: tokenBudget on memory.list, counted as retrieval.py says.
+                    "injectionBudget": {
+                        "supported": True,
+                        "tokenCounter": TOKEN_COUNTER,
+                        "approximates": APPROXIMATED_TOKENIZER,
+                    },
+                    # RFC 0080: a query beyond list (rank "relevance", keyword-ranked).
+                    # No mode is named: "semantic" would claim embeddings, and "filter"
+                    # is not offered yet.
+                    "search": {"supported": True},
                 },
             }
         }
@@ -301,21 +328,55 @@ class MemoryService:
     # -- memory --------------------------------------------------------------------------
 
     async def list(self, params: ListParams) -> list[dict[str, Any]]:
+        options = params.options
+        relevance = options is not None and options.rank == "relevance"
+        if relevance and (options is None or options.query is None):
+            raise ValidationError(
+                "options.query: rank 'relevance' requires a query", {"field": "options.query"}
+            )
         run: RunHandle | RunRecord | None = self._runs.get(params.runId)
         if run is None:  # the usual case above goes without a coroutine for the lookup
             run = await self._any_run(params.runId)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:
             return []
-        options = params.options
-        limit = (options.limit if options else None) or self._config.default_list_limit
-        rows = await self._storage.list(
-            scope=scope,
-            snapshot=run.snapshot,
-            now_us=self._storage.clock_us(),
-            limit=min(limit, self._config.max_list_limit),
-            tag=options.tag if options else None,
-        )
+        if options is None:  # the plain list, on its shortest path
+            rows = await self._storage.list(
+                scope=scope,
+                snapshot=run.snapshot,
+                now_us=self._storage.clock_us(),
+                limit=min(self._config.default_list_limit, self._config.max_list_limit),
+                tag=None,
+            )
+            return [entry_to_wire(r) for r in rows]
+        limit = min(options.limit or self._config.default_list_limit, self._config.max_list_limit)
+        budget = options.tokenBudget
+        # An entry over the whole budget is skipped in the query, so the rows fetched are
+        # the first ``limit`` of the ranked list without them; any budget past this bound
+        # skips nothing (and a larger integer would not fit the databases' columns).
+        max_tokens = None if budget is None else min(budget, _MAX_TOKEN_BOUND)
+        if relevance:
+            assert options.query is not None
+            rows = await self._storage.search(
+                scope=scope,
+                snapshot=run.snapshot,
+                now_us=self._storage.clock_us(),
+                terms=query_terms(options.query),
+                limit=limit,
+                tag=options.tag,
+                max_tokens=max_tokens,
+            )
+        else:
+            rows = await self._storage.list(
+                scope=scope,
+                snapshot=run.snapshot,
+                now_us=self._storage.clock_us(),
+                limit=limit,
+                tag=options.tag,
+                max_tokens=max_tokens,
+            )
+        if budget is not None:
+            rows = within_budget(rows, budget)
         return [entry_to_wire(r) for r in rows]
 
     def get_now(self, params: GetParams) -> dict[str, Any] | NotNow | None:

@@ -51,7 +51,9 @@ class Scope:
 
 
 class EntryRow(NamedTuple):
-    """A stored entry as the wire returns it (times in µs since the epoch).
+    """A stored entry as the wire returns it (times in µs since the epoch), with its
+    estimated token count (:func:`~openwop_memory.retrieval.estimate_tokens` of the content,
+    counted at its put and stored with it).
 
     A named tuple because list answers build a hundred of these per call: it constructs
     several times faster than a frozen dataclass.
@@ -62,6 +64,7 @@ class EntryRow(NamedTuple):
     tags: tuple[str, ...]
     created_us: int
     expires_us: int | None
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,11 +293,44 @@ class Storage(Protocol):
         """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;
         ``False`` (nothing written) if there was none."""
 
+    async def search(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        terms: Sequence[str],
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None = None,
+    ) -> list[EntryRow]:
+        """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag
+        and token rules) that match at least one of ``terms`` in the backend's full-text
+        index, most relevant first; ``[]`` for no terms.
+
+        A term (see :func:`~openwop_memory.retrieval.query_terms`) matches an entry whose
+        content holds the word, as the backend's engine stems it. An entry's relevance is
+        the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) / (n + 0.5))``
+        (BM25's inverse document frequency) rounded to 9 decimals, where ``N`` is the
+        number of visible entries of the scope matching any term and ``n`` the number
+        matching this one, counted before ``max_tokens`` applies; ties newest first.
+        Nothing outside the snapshot weighs in, so the same snapshot and query give the
+        same order for as long as no entry expires.
+        """
+
     async def list(
-        self, *, scope: Scope, snapshot: Snapshot, now_us: int, limit: int, tag: str | None
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None = None,
     ) -> list[EntryRow]:
         """Up to ``limit`` entries of ``scope`` visible to the snapshot at ``now_us`` (with
-        ``tag`` among their tags, if given), newest first (ties in commit order)."""
+        ``tag`` among their tags, if given, and at most ``max_tokens`` tokens, if given),
+        newest first (ties in commit order)."""
 
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str

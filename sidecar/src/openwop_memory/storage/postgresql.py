@@ -37,6 +37,7 @@ from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ..retrieval import estimate_tokens
 from ..timefmt import now_us as wall_clock_us
 from .base import (
     KEY_CONFLICT,
@@ -61,7 +62,7 @@ from .base import (
     classify_run,
 )
 from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
-from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS
+from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .scope_cache import ScopeCache
 
 T = TypeVar("T")
@@ -73,7 +74,7 @@ _MIGRATION_LOCK = 0x6F70_656E_776F_7001
 _SWEEP_LOCK = 0x6F70_656E_776F_7002
 _RETRIES = 3
 
-_ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us"
+_ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us, e.tokens"
 _SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = $1 AND key = $2)"
 _VISIBLE = (
     "e.seq <= $3 AND (e.deleted_seq IS NULL OR e.deleted_seq > $3)"
@@ -93,7 +94,7 @@ log = structlog.get_logger("openwop_memory.storage")
 
 
 def _row(r: Any) -> EntryRow:
-    return EntryRow(r[0], r[1].decode(), tuple(orjson.loads(r[2])), r[3], r[4])
+    return EntryRow(r[0], r[1].decode(), tuple(orjson.loads(r[2])), r[3], r[4], r[5])
 
 
 class PostgresqlStorage:
@@ -193,7 +194,10 @@ class PostgresqlStorage:
                 if version <= current:
                     continue
                 for statement in statements:
-                    await conn.execute(statement)
+                    if isinstance(statement, str):
+                        await conn.execute(statement)
+                    else:
+                        await statement(conn)
                 await conn.execute(
                     "INSERT INTO openwop_schema_migrations (version) VALUES ($1)", version
                 )
@@ -384,6 +388,9 @@ class PostgresqlStorage:
 
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
         scope = request.scope
+        tokens = estimate_tokens(request.content)
+        # What the full-text index reads: text cannot hold U+0000.
+        searchable = request.content.replace("\x00", " ")
 
         async def op(conn: Conn, effects: Effects) -> PutResult:
             seq, created_us = await _take_clock(conn, scope.tenant, 1)
@@ -407,10 +414,12 @@ class PostgresqlStorage:
                 request.tags,
                 created_us,
                 request.expires_us,
+                tokens,
             )
             await conn.execute(
-                "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us,"
+                f" tokens, search) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
+                f" to_tsvector('{SEARCH_CONFIG}', $9))",
                 scope_pk,
                 seq,
                 row.id,
@@ -418,6 +427,8 @@ class PostgresqlStorage:
                 orjson.dumps(row.tags).decode(),
                 created_us,
                 row.expires_us,
+                tokens,
+                searchable,
             )
             if request.tags:
                 await conn.execute(
@@ -472,22 +483,70 @@ class PostgresqlStorage:
             return None
         return RunRecord(run_id, row[0], Snapshot(row[1]), row[2])
 
+    async def search(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        terms: Sequence[str],
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None = None,
+    ) -> list[EntryRow]:
+        if not terms:
+            return []
+        # plainto_tsquery reads each term as plain words (no query syntax); a stop word
+        # becomes an empty query, which matches nothing.
+        sql = (
+            f"WITH q (term, query) AS (SELECT ord, plainto_tsquery('{SEARCH_CONFIG}', word)"
+            " FROM unnest($6::text[]) WITH ORDINALITY AS u (word, ord)),"
+            " v (seq, term) AS (SELECT e.seq, q.term FROM entries e JOIN q"
+            f" ON e.search @@ q.query WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}"
+            " AND ($8::text IS NULL OR EXISTS (SELECT 1 FROM entry_tags t"
+            " WHERE t.scope_pk = e.scope_pk AND t.tag = $8 AND t.seq = e.seq))),"
+            " n (total) AS (SELECT count(DISTINCT seq) FROM v),"
+            " df (term, cnt) AS (SELECT term, count(*) FROM v GROUP BY term),"
+            " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
+            " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
+            " ON df.term = v.term GROUP BY v.seq)"
+            f" SELECT {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
+            " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
+        )
+        args = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
+        args += [list(terms), max_tokens, tag]
+        rows = await self._read(lambda conn: conn.fetch(sql, *args))
+        return [_row(r) for r in rows]
+
     async def list(
-        self, *, scope: Scope, snapshot: Snapshot, now_us: int, limit: int, tag: str | None
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None = None,
     ) -> list[EntryRow]:
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
+        # Only a budgeted list pays for the condition; the plain one keeps its plan.
+        small = ""
+        if max_tokens is not None:
+            args.append(max_tokens)
+            small = f" AND e.tokens <= ${len(args)}"
         if tag is None:
             sql = (
                 f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
-                f" AND {_VISIBLE} ORDER BY e.seq DESC LIMIT $5"
+                f" AND {_VISIBLE}{small} ORDER BY e.seq DESC LIMIT $5"
             )
         else:
             args.append(tag)
             sql = (
                 f"SELECT {_ENTRY_COLUMNS} FROM entry_tags t JOIN entries e"
                 " ON e.scope_pk = t.scope_pk AND e.seq = t.seq"
-                f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = $6 AND t.seq <= $3"
-                f" AND {_VISIBLE} ORDER BY t.seq DESC LIMIT $5"
+                f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = ${len(args)} AND t.seq <= $3"
+                f" AND {_VISIBLE}{small} ORDER BY t.seq DESC LIMIT $5"
             )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [_row(r) for r in rows]

@@ -12,14 +12,56 @@ Times are µs since the epoch, as in the SQLite schema; ``createdAt`` comes from
 database's clock, never a sidecar's. Content is stored as UTF-8 ``bytea``: the wire allows
 any string, U+0000 included, which ``text`` cannot hold. Tags (no control characters) are
 a JSON array in ``text``.
+
+A migration step is an SQL statement, or a coroutine function run on the migrating
+connection inside the migration's transaction (for work SQL cannot do, such as counting
+tokens).
+
+Version 2 adds retrieval: ``entries.tokens`` (the entry's estimated token count, see
+:mod:`openwop_memory.retrieval`, so entries over a token budget are skipped in the query)
+and ``entries.search``, the ``tsvector`` of the content (``english`` configuration:
+stemmed, stop words dropped) under a GIN index. The put computes it in the statement that
+inserts the entry, from the redacted content it stores, with U+0000 (which ``text``
+cannot hold) read as a space; it holds lexemes only, never the text itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..retrieval import estimate_tokens
+
+# A text search configuration, spelt once: the put, the backfill and the query must agree.
+SEARCH_CONFIG = "english"
+
+Step = str | Callable[[Any], Awaitable[None]]
+
+_BACKFILL_BATCH = 1000
+
+
+async def _count_tokens(conn: Any) -> None:
+    """Give every existing entry its token count (a new one gets it at its insert)."""
+    batch: list[tuple[int, int, int]] = []
+    async for row in conn.cursor("SELECT scope_pk, seq, content FROM entries"):
+        batch.append((row[0], row[1], estimate_tokens(bytes(row[2]).decode())))
+        if len(batch) == _BACKFILL_BATCH:
+            await _store_counts(conn, batch)
+            batch = []
+    await _store_counts(conn, batch)
+
+
+async def _store_counts(conn: Any, batch: list[tuple[int, int, int]]) -> None:
+    if batch:
+        await conn.executemany(
+            "UPDATE entries SET tokens = $3 WHERE scope_pk = $1 AND seq = $2", batch
+        )
+
+
 # The database's clock in µs (clock_timestamp: the time of the statement, not the transaction).
 DB_NOW_US = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
-MIGRATIONS: list[tuple[int, list[str]]] = [
+MIGRATIONS: list[tuple[int, list[Step]]] = [
     (
         1,
         [
@@ -88,6 +130,19 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             )""",
             "CREATE INDEX idempotency_by_entry ON idempotency (scope_pk, entry_seq)",
             "CREATE INDEX idempotency_by_age ON idempotency (created_us)",
+        ],
+    ),
+    (
+        2,
+        [
+            "ALTER TABLE entries ADD COLUMN tokens integer NOT NULL DEFAULT 0",
+            _count_tokens,
+            "ALTER TABLE entries ADD COLUMN search tsvector",
+            # convert_from refuses U+0000; such content is indexed from its escaped form.
+            f"UPDATE entries SET search = to_tsvector('{SEARCH_CONFIG}', CASE"
+            " WHEN position('\\x00'::bytea IN content) = 0 THEN convert_from(content, 'UTF8')"
+            " ELSE encode(content, 'escape') END)",
+            "CREATE INDEX entries_search ON entries USING gin (search)",
         ],
     ),
 ]

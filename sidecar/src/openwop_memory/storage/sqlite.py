@@ -43,6 +43,7 @@ import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ..retrieval import estimate_tokens
 from ..timefmt import now_us as wall_clock_us
 from .base import (
     KEY_CONFLICT,
@@ -73,7 +74,7 @@ from .sqlite_writer import WAL_CHECKPOINT_BYTES, EntryInsert, GroupCommit, KeyIn
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
-_ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us"
+_ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us, e.tokens"
 _VISIBLE = (
     "e.seq <= :snap AND (e.deleted_seq IS NULL OR e.deleted_seq > :snap)"
     " AND (e.expires_us IS NULL OR e.expires_us > :now)"
@@ -82,6 +83,16 @@ _SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = :tenant AND key = :key)
 _GET_SQL = (
     f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.id = :id"
     f" AND e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}"
+)
+# The relevance of the visible matches ``v (seq, term)``: the sum, over the query terms an
+# entry matches, of the term's inverse document frequency among the entries the snapshot
+# shows in the scope (BM25's IDF), rounded so that both backends order the same way. It
+# depends on nothing outside the snapshot, so a replay ranks as the original run did.
+_SCORES = (
+    "n (total) AS (SELECT count(DISTINCT seq) FROM v),"
+    " df (term, cnt) AS (SELECT term, count(*) FROM v GROUP BY term),"
+    " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n) - df.cnt"
+    " + 0.5) / (df.cnt + 0.5))), 9) FROM v JOIN df ON df.term = v.term GROUP BY v.seq)"
 )
 # Idempotency keys pin their entry (the second put returns it even after delete or expiry).
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
@@ -110,8 +121,9 @@ def _get_params(scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str) ->
 
 def _row(r: Any) -> EntryRow:
     """An entry from a row of :data:`_ENTRY_COLUMNS`."""
-    entry_id, content, tags_json, created_us, expires_us = r
-    return EntryRow(entry_id, content, tuple(orjson.loads(tags_json)), created_us, expires_us)
+    entry_id, content, tags_json, created_us, expires_us, tokens = r
+    tags = tuple(orjson.loads(tags_json))
+    return EntryRow(entry_id, content, tags, created_us, expires_us, tokens)
 
 
 class SqliteStorage:
@@ -316,7 +328,10 @@ class SqliteStorage:
                 if version <= current:
                     continue
                 for statement in statements:
-                    conn.execute(statement)
+                    if isinstance(statement, str):
+                        conn.execute(statement)
+                    else:
+                        statement(conn)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, applied_us) VALUES (?, ?)",
                     (version, wall_clock_us()),
@@ -437,6 +452,8 @@ class SqliteStorage:
         await self._writer.write(op)
 
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
+        tokens = estimate_tokens(request.content)  # outside the transaction: it may be long
+
         def op(txn: Txn) -> PutResult:
             scope_pk = self._scope_pk(txn, request.scope)
             key = request.idempotency_key
@@ -454,6 +471,7 @@ class SqliteStorage:
                 tags=request.tags,
                 created_us=created_us,
                 expires_us=request.expires_us,
+                tokens=tokens,
             )
             txn.entries.append(
                 EntryInsert(
@@ -464,6 +482,7 @@ class SqliteStorage:
                     orjson.dumps(row.tags),
                     created_us,
                     row.expires_us,
+                    tokens,
                 )
             )
             txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
@@ -480,7 +499,8 @@ class SqliteStorage:
             if kept.scope_pk == scope_pk and kept.key == key:
                 e = next(e for e in txn.entries if e.seq == kept.entry_seq)
                 tags = tuple(orjson.loads(e.tags_json))
-                return kept.digest, EntryRow(e.id, e.content, tags, e.created_us, e.expires_us)
+                row = EntryRow(e.id, e.content, tags, e.created_us, e.expires_us, e.tokens)
+                return kept.digest, row
         rows = txn.conn.execute(
             f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i"
             " JOIN entries e ON e.seq = i.entry_seq WHERE i.scope_pk = ? AND i.key = ?",
@@ -529,8 +549,60 @@ class SqliteStorage:
         tenant, snap, snap_us = rows[0]
         return RunRecord(run_id, tenant, Snapshot(snap), snap_us)
 
+    async def search(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        terms: Sequence[str],
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None = None,
+    ) -> list[EntryRow]:
+        if not terms:
+            return []
+        params: dict[str, Any] = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": cast(int, snapshot),
+            "now": now_us,
+            "limit": limit,
+            "tag": tag,
+            "max_tokens": max_tokens,
+        }
+        # One index lookup per term, each as a quoted FTS5 string (a term is letters,
+        # digits and underscores only, so no query syntax reaches FTS5).
+        matches = []
+        for number, term in enumerate(terms):
+            params[f"t{number}"] = f'"{term}"'
+            matches.append(
+                f"SELECT rowid, {number} FROM entries_fts WHERE entries_fts MATCH :t{number}"
+            )
+        sql = (
+            f"WITH m (seq, term) AS ({' UNION ALL '.join(matches)}),"
+            " v (seq, term) AS (SELECT m.seq, m.term FROM m JOIN entries e ON e.seq = m.seq"
+            f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
+            " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
+            " AND t.seq = e.seq))),"
+            f" {_SCORES}"
+            f" SELECT {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
+            " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
+        )
+        with translate_errors():
+            rows = await _fetch(self._reader(), sql, params)
+        return [_row(r) for r in rows]
+
     async def list(
-        self, *, scope: Scope, snapshot: Snapshot, now_us: int, limit: int, tag: str | None
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None = None,
     ) -> list[EntryRow]:
         params: dict[str, Any] = {
             "tenant": scope.tenant,
@@ -539,17 +611,22 @@ class SqliteStorage:
             "now": now_us,
             "limit": limit,
         }
+        # Only a budgeted list pays for the condition; the plain one keeps its plan.
+        small = ""
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+            small = " AND e.tokens <= :max_tokens"
         if tag is None:
             sql = (
                 f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
-                f" AND {_VISIBLE} ORDER BY e.seq DESC LIMIT :limit"
+                f" AND {_VISIBLE}{small} ORDER BY e.seq DESC LIMIT :limit"
             )
         else:
             params["tag"] = tag
             sql = (
                 f"SELECT {_ENTRY_COLUMNS} FROM entry_tags t JOIN entries e ON e.seq = t.seq"
                 f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = :tag AND t.seq <= :snap"
-                f" AND {_VISIBLE} ORDER BY t.seq DESC LIMIT :limit"
+                f" AND {_VISIBLE}{small} ORDER BY t.seq DESC LIMIT :limit"
             )
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)

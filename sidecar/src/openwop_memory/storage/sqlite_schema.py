@@ -3,11 +3,38 @@
 Sequence numbers (``seq``) come from the one-row ``clock`` table and are the store's commit
 order: an entry's ``seq`` is its creation position and doubles as its primary key, a delete
 stamps ``deleted_seq``, and a run's snapshot is the ``seq`` it was taken at.
+
+A migration step is an SQL statement, or a function run on the writer connection inside
+the migration's transaction (for work SQL cannot do, such as counting tokens).
+
+Version 2 adds retrieval: ``entries.tokens`` (the entry's estimated token count, see
+:mod:`openwop_memory.retrieval`, so entries over a token budget are skipped in the query)
+and ``entries_fts``, an FTS5 index of the content. The index is *external content*: it
+keeps terms and positions, never a copy of the text, and triggers keep it in the same
+transaction as every insert and delete of an entry (content never changes). It indexes
+exactly what ``entries`` stores, which is redacted content only.
 """
 
 from __future__ import annotations
 
-MIGRATIONS: list[tuple[int, list[str]]] = [
+import sqlite3
+from collections.abc import Callable
+
+from ..retrieval import estimate_tokens
+
+Step = str | Callable[[sqlite3.Connection], None]
+
+
+def _count_tokens(conn: sqlite3.Connection) -> None:
+    """Give every existing entry its token count (a new one gets it at its insert)."""
+    conn.create_function("openwop_estimate_tokens", 1, estimate_tokens, deterministic=True)
+    try:
+        conn.execute("UPDATE entries SET tokens = openwop_estimate_tokens(content)")
+    finally:
+        conn.create_function("openwop_estimate_tokens", 1, None)
+
+
+MIGRATIONS: list[tuple[int, list[Step]]] = [
     (
         1,
         [
@@ -66,6 +93,27 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             )""",
             "CREATE INDEX idempotency_by_entry ON idempotency (entry_seq)",
             "CREATE INDEX idempotency_by_age ON idempotency (created_us)",
+        ],
+    ),
+    (
+        2,
+        [
+            "ALTER TABLE entries ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",
+            _count_tokens,
+            # Porter stemming over unicode61 (diacritics folded): "running" finds "run".
+            """CREATE VIRTUAL TABLE entries_fts USING fts5 (
+                content, content = 'entries', content_rowid = 'seq',
+                tokenize = 'porter unicode61 remove_diacritics 2'
+            )""",
+            """CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries BEGIN
+                INSERT INTO entries_fts (rowid, content) VALUES (new.seq, new.content);
+            END""",
+            # An external-content index forgets a row only when told the text it indexed.
+            """CREATE TRIGGER entries_fts_delete AFTER DELETE ON entries BEGIN
+                INSERT INTO entries_fts (entries_fts, rowid, content)
+                VALUES ('delete', old.seq, old.content);
+            END""",
+            "INSERT INTO entries_fts (entries_fts) VALUES ('rebuild')",
         ],
     ),
 ]

@@ -113,6 +113,7 @@ class EntryInsert(NamedTuple):
     tags_json: bytes
     created_us: int
     expires_us: int | None
+    tokens: int
 
 
 class KeyInsert(NamedTuple):
@@ -161,8 +162,8 @@ class Txn:
 OpFn = Callable[[Txn], Any]  # runs inside the transaction, on the loop or the writer thread
 
 _INSERT_ENTRIES = (
-    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us, tokens)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_TAGS = "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)"
 _INSERT_KEYS = (
