@@ -35,8 +35,8 @@ PRAGMAS = (
     "PRAGMA wal_autocheckpoint = 4000",
 )
 _INSERT_ENTRIES = (
-    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us, tokens)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_TAGS = "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)"
 _SCOPE_PK = 1

@@ -217,3 +217,57 @@ def test_only_redacted_content_is_indexed(sidecar: Sidecar) -> None:
         assert SECRET[:12] not in indexed.lower()
         assert listed(client, ref, tenant, rank="relevance", query=SECRET) == []
         assert listed(client, ref, tenant, rank="relevance", query="deploy") == [entry["content"]]
+
+
+# -- the vendor filter (extension) --------------------------------------------------------
+
+FILTER = "vendor.openwop-memory.filter"
+
+
+def filtered(client: RawClient, ref: str, tenant: str, **options: Any) -> list[str]:
+    """Like :func:`listed`, for options holding the extension (outside the v2 schema)."""
+    return [e["content"] for e in later_list(client, ref, tenant, **options)]
+
+
+def test_the_filter_extension(client: RawClient) -> None:
+    tenant = uid("t")
+    ref = uid("ref")
+    writer = begin(client, tenant)
+    one = put(client, writer, ref, "note one", tags=["a", "b"])
+    two = put(client, writer, ref, "note two", tags=["b"])
+    put(client, writer, ref, "note three", tags=["c"])
+    assert filtered(client, ref, tenant, **{FILTER: {"tagsAny": ["a", "c"]}}) == [
+        "note three",
+        "note one",
+    ]
+    assert filtered(client, ref, tenant, **{FILTER: {"tagsAll": ["b", "a", "b"]}}) == ["note one"]
+    after_one = {"createdAfter": one["createdAt"]}
+    assert filtered(client, ref, tenant, **{FILTER: after_one}) == ["note three", "note two"]
+    before_two = {"createdBefore": two["createdAt"].replace("Z", "+00:00")}
+    assert filtered(client, ref, tenant, **{FILTER: before_two}) == ["note one"]
+    assert filtered(client, ref, tenant, tag="b", **{FILTER: after_one}) == ["note two"]
+    assert filtered(
+        client, ref, tenant, rank="relevance", query="note", **{FILTER: {"tagsAny": ["b"]}}
+    ) == ["note two", "note one"]
+    assert filtered(client, ref, tenant, **{FILTER: {}}) == ["note three", "note two", "note one"]
+
+
+@pytest.mark.parametrize(
+    ("condition", "field"),
+    [
+        ({"createdAfter": "yesterday"}, "createdAfter"),
+        ({"createdBefore": "2026-11-29T15:21:51"}, "createdBefore"),
+        ({"tagsAny": []}, "tagsAny"),
+        ({"tagsAll": ["x" * 257]}, "tagsAll[0]"),
+        ({"tagsAll": ["a"] * 65}, "tagsAll"),
+        ({"tags": ["a"]}, "tags"),
+    ],
+)
+def test_a_bad_filter_is_a_validation_error(
+    client: RawClient, condition: dict[str, Any], field: str
+) -> None:
+    tenant = uid("t")
+    run = begin(client, tenant)
+    line = req("memory.list", {"runId": run, "memoryRef": "r", "options": {FILTER: condition}})
+    err = error_of(client.raw(line), "validation_error", -32602)
+    assert err.details["field"] == f"options.{FILTER}.{field}"

@@ -66,7 +66,7 @@ def test_capabilities_shape(client: RawClient) -> None:
                     "tokenCounter": "openwop-memory-estimate-1",
                     "approximates": "cl100k_base",
                 },
-                "search": {"supported": True},
+                "search": {"supported": True, "modes": ["filter"]},
             },
         }
     }

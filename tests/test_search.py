@@ -21,6 +21,7 @@ from openwop_memory.storage import postgresql_schema, sqlite_schema
 from openwop_memory.storage.base import (
     BeginOutcome,
     EntryRow,
+    ListFilter,
     PutOutcome,
     PutRequest,
     Scope,
@@ -93,6 +94,7 @@ async def found(
     tag: str | None = None,
     max_tokens: int | None = None,
     now: int | None = None,
+    where: ListFilter | None = None,
 ) -> list[str]:
     rows = await store.search(
         scope=scope,
@@ -102,6 +104,7 @@ async def found(
         limit=limit,
         tag=tag,
         max_tokens=max_tokens,
+        where=where,
     )
     return [r.content for r in rows]
 
@@ -293,3 +296,42 @@ async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -
         ]
     finally:
         await store.close()
+
+
+# -- the filter (tags any/all, creation time) ----------------------------------------------
+
+
+async def test_filter_by_tags_any_all_and_creation_time(store: Storage) -> None:
+    first = await put(store, A, "first match", tags=("red", "round"))
+    second = await put(store, A, "second match", tags=("red",))
+    third = await put(store, A, "third match", tags=("blue", "round"))
+    snap = await snapshot(store)
+
+    async def listed(where: ListFilter, query: str | None = None) -> list[str]:
+        if query is not None:
+            return await found(store, snap, query, where=where)
+        rows = await store.list(
+            scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None, where=where
+        )
+        return [r.content for r in rows]
+
+    everything = ["third match", "second match", "first match"]
+    assert await listed(ListFilter()) == everything
+    assert await listed(ListFilter(tags_any=("round", "none"))) == ["third match", "first match"]
+    assert await listed(ListFilter(tags_all=("red", "round"))) == ["first match"]
+    assert await listed(ListFilter(tags_all=("red", "none"))) == []
+    assert await listed(ListFilter(tags_any=("blue", "red"), tags_all=("round",))) == [
+        "third match",
+        "first match",
+    ]
+    assert await listed(ListFilter(created_after_us=first.created_us)) == everything[:2]
+    assert await listed(ListFilter(created_before_us=third.created_us)) == everything[1:]
+    between = ListFilter(created_after_us=first.created_us, created_before_us=third.created_us)
+    assert await listed(between) == ["second match"]
+    assert second.created_us > first.created_us
+    # The same filter under relevance.
+    assert await listed(ListFilter(tags_all=("round",)), query="match") == [
+        "third match",
+        "first match",
+    ]
+    assert await listed(between, query="match second") == ["second match"]

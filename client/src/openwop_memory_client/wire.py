@@ -23,6 +23,7 @@ __all__ = [
     "EntryInput",
     "GetParams",
     "IssueRefParams",
+    "ListFilterOptions",
     "ListParams",
     "MemoryEntry",
     "MemoryListOptions",
@@ -118,6 +119,22 @@ class RunEndParams(_Params):
     runId: RunId
 
 
+FilterTag = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS)]
+VENDOR_FILTER = "vendor.openwop-memory.filter"
+
+
+class ListFilterOptions(_Params):
+    """*(extension)* ``options["vendor.openwop-memory.filter"]`` of ``memory.list``: every
+    condition given must hold (and ``tag`` too). ``tagsAny``: at least one of these tags;
+    ``tagsAll``: all of them; ``createdAfter`` / ``createdBefore``: ``createdAt`` strictly
+    after / before this RFC 3339 time (checked by the sidecar)."""
+
+    tagsAny: list[FilterTag] | None = Field(default=None, min_length=1, max_length=MAX_TAGS)
+    tagsAll: list[FilterTag] | None = Field(default=None, min_length=1, max_length=MAX_TAGS)
+    createdAfter: str | None = None
+    createdBefore: str | None = None
+
+
 class MemoryListOptions(_Params):
     """``memory-list-options.schema.json`` (v2): ``limit`` 0 or omitted means the host
     default; ``rank`` is ``recency`` (the default) or ``relevance``, which needs ``query``
@@ -129,6 +146,9 @@ class MemoryListOptions(_Params):
     tokenBudget: int | None = Field(default=None, ge=1)
     rank: Literal["recency", "relevance"] | None = None
     query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)] | None = None
+    vendor_filter: ListFilterOptions | None = Field(
+        default=None, alias="vendor.openwop-memory.filter"
+    )
 
 
 class EntryInput(_Params):

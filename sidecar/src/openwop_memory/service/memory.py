@@ -22,9 +22,11 @@ from openwop_memory_client import (
     ValidationError,
 )
 from openwop_memory_client.wire import (
+    VENDOR_FILTER,
     DeleteParams,
     GetParams,
     IssueRefParams,
+    ListFilterOptions,
     ListParams,
     PutParams,
     RunAddSecretsParams,
@@ -41,13 +43,14 @@ from ..storage.base import (
     BeginOutcome,
     BeginResult,
     EntryRow,
+    ListFilter,
     PutOutcome,
     RunRecord,
     Storage,
     StorageGauges,
     SweepCounts,
 )
-from ..timefmt import format_us
+from ..timefmt import format_us, parse_rfc3339
 from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
 from .metrics import render as render_metrics
@@ -73,6 +76,35 @@ class ServiceConfig:
 # No entry can count this many tokens (entries are capped far below it); it also fits a
 # signed 32-bit column.
 _MAX_TOKEN_BOUND = 2**31 - 1
+
+
+def _list_filter(options: ListFilterOptions) -> ListFilter:
+    """The storage filter of ``options["vendor.openwop-memory.filter"]``.
+
+    :raises ValidationError: a time is not RFC 3339 with an offset.
+    """
+    times: list[int | None] = []
+    for name, text in (
+        ("createdAfter", options.createdAfter),
+        ("createdBefore", options.createdBefore),
+    ):
+        if text is None:
+            times.append(None)
+            continue
+        try:
+            times.append(parse_rfc3339(text))
+        except ValueError:
+            field = f"options.{VENDOR_FILTER}.{name}"
+            raise ValidationError(
+                f"{field}: not an RFC 3339 time with an offset", {"field": field}
+            ) from None
+    return ListFilter(
+        # Duplicates removed: "all of these tags" counts the distinct ones.
+        tags_any=tuple(dict.fromkeys(options.tagsAny or ())),
+        tags_all=tuple(dict.fromkeys(options.tagsAll or ())),
+        created_after_us=times[0],
+        created_before_us=times[1],
+    )
 
 
 def within_budget(rows: list[EntryRow], budget: int) -> list[EntryRow]:
@@ -183,10 +215,10 @@ class MemoryService:
                         "tokenCounter": TOKEN_COUNTER,
                         "approximates": APPROXIMATED_TOKENIZER,
                     },
-                    # RFC 0080: a query beyond list (rank "relevance", keyword-ranked).
-                    # No mode is named: "semantic" would claim embeddings, and "filter"
-                    # is not offered yet.
-                    "search": {"supported": True},
+                    # RFC 0080: queries beyond list: "filter" (the vendor filter of
+                    # memory.list options); rank "relevance" is keyword-ranked, so
+                    # "semantic", which claims embeddings, is not named.
+                    "search": {"supported": True, "modes": ["filter"]},
                 },
             }
         }
@@ -355,6 +387,7 @@ class MemoryService:
         # the first ``limit`` of the ranked list without them; any budget past this bound
         # skips nothing (and a larger integer would not fit the databases' columns).
         max_tokens = None if budget is None else min(budget, _MAX_TOKEN_BOUND)
+        where = None if options.vendor_filter is None else _list_filter(options.vendor_filter)
         if relevance:
             assert options.query is not None
             rows = await self._storage.search(
@@ -365,6 +398,7 @@ class MemoryService:
                 limit=limit,
                 tag=options.tag,
                 max_tokens=max_tokens,
+                where=where,
             )
         else:
             rows = await self._storage.list(
@@ -374,6 +408,7 @@ class MemoryService:
                 limit=limit,
                 tag=options.tag,
                 max_tokens=max_tokens,
+                where=where,
             )
         if budget is not None:
             rows = within_budget(rows, budget)

@@ -68,6 +68,19 @@ class EntryRow(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class ListFilter:
+    """What a list or search keeps besides its ``tag``, each condition applying when given:
+    entries holding at least one of ``tags_any``, all of ``tags_all`` (both without
+    duplicates), created strictly after ``created_after_us`` and strictly before
+    ``created_before_us``."""
+
+    tags_any: tuple[str, ...] = ()
+    tags_all: tuple[str, ...] = ()
+    created_after_us: int | None = None
+    created_before_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     """A persisted run: its tenant and snapshot (and the time the snapshot was taken)."""
 
@@ -303,9 +316,10 @@ class Storage(Protocol):
         limit: int,
         tag: str | None,
         max_tokens: int | None = None,
+        where: ListFilter | None = None,
     ) -> list[EntryRow]:
-        """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag
-        and token rules) that match at least one of ``terms`` in the backend's full-text
+        """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag,
+        token and ``where`` rules) that match at least one of ``terms`` in the backend's full-text
         index, most relevant first; ``[]`` for no terms.
 
         A term (see :func:`~openwop_memory.retrieval.query_terms`) matches an entry whose
@@ -313,7 +327,8 @@ class Storage(Protocol):
         the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) / (n + 0.5))``
         (BM25's inverse document frequency) rounded to 9 decimals, where ``N`` is the
         number of visible entries of the scope matching any term and ``n`` the number
-        matching this one, counted before ``max_tokens`` applies; ties newest first.
+        matching this one, counted after ``tag`` and ``where`` but before ``max_tokens``
+        apply; ties newest first.
         Nothing outside the snapshot weighs in, so the same snapshot and query give the
         same order for as long as no entry expires.
         """
@@ -327,10 +342,11 @@ class Storage(Protocol):
         limit: int,
         tag: str | None,
         max_tokens: int | None = None,
+        where: ListFilter | None = None,
     ) -> list[EntryRow]:
         """Up to ``limit`` entries of ``scope`` visible to the snapshot at ``now_us`` (with
-        ``tag`` among their tags, if given, and at most ``max_tokens`` tokens, if given),
-        newest first (ties in commit order)."""
+        ``tag`` among their tags, if given, at most ``max_tokens`` tokens, if given, and
+        kept by ``where``, if given), newest first (ties in commit order)."""
 
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str

@@ -47,6 +47,7 @@ from .base import (
     EntryRow,
     FoundEntry,
     FoundRun,
+    ListFilter,
     PutOutcome,
     PutRequest,
     PutResult,
@@ -91,6 +92,35 @@ _UNPINNED = (
 )
 
 log = structlog.get_logger("openwop_memory.storage")
+
+
+def _where_sql(where: ListFilter | None, args: list[Any]) -> str:
+    """The conditions of ``where`` on entries ``e`` (each starting with `` AND``), their
+    values appended to ``args`` as the next parameters; ``""`` for none."""
+    if where is None:
+        return ""
+    sql = ""
+    if where.tags_any:
+        args.append(list(where.tags_any))
+        sql += (
+            " AND EXISTS (SELECT 1 FROM entry_tags ta WHERE ta.scope_pk = e.scope_pk"
+            f" AND ta.seq = e.seq AND ta.tag = ANY(${len(args)}::text[]))"
+        )
+    if where.tags_all:
+        # An entry's tags are distinct (the primary key), and so are these.
+        args.append(list(where.tags_all))
+        sql += (
+            " AND (SELECT count(*) FROM entry_tags tl WHERE tl.scope_pk = e.scope_pk"
+            f" AND tl.seq = e.seq AND tl.tag = ANY(${len(args)}::text[]))"
+            f" = cardinality(${len(args)}::text[])"
+        )
+    if where.created_after_us is not None:
+        args.append(where.created_after_us)
+        sql += f" AND e.created_us > ${len(args)}"
+    if where.created_before_us is not None:
+        args.append(where.created_before_us)
+        sql += f" AND e.created_us < ${len(args)}"
+    return sql
 
 
 def _row(r: Any) -> EntryRow:
@@ -493,18 +523,22 @@ class PostgresqlStorage:
         limit: int,
         tag: str | None,
         max_tokens: int | None = None,
+        where: ListFilter | None = None,
     ) -> list[EntryRow]:
         if not terms:
             return []
         # plainto_tsquery reads each term as plain words (no query syntax); a stop word
         # becomes an empty query, which matches nothing.
+        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
+        args += [list(terms), max_tokens, tag]
+        conditions = _where_sql(where, args)
         sql = (
             f"WITH q (term, query) AS (SELECT ord, plainto_tsquery('{SEARCH_CONFIG}', word)"
             " FROM unnest($6::text[]) WITH ORDINALITY AS u (word, ord)),"
             " v (seq, term) AS (SELECT e.seq, q.term FROM entries e JOIN q"
             f" ON e.search @@ q.query WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}"
             " AND ($8::text IS NULL OR EXISTS (SELECT 1 FROM entry_tags t"
-            " WHERE t.scope_pk = e.scope_pk AND t.tag = $8 AND t.seq = e.seq))),"
+            f" WHERE t.scope_pk = e.scope_pk AND t.tag = $8 AND t.seq = e.seq)){conditions}),"
             " n (total) AS (SELECT count(DISTINCT seq) FROM v),"
             " df (term, cnt) AS (SELECT term, count(*) FROM v GROUP BY term),"
             " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
@@ -514,8 +548,6 @@ class PostgresqlStorage:
             f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
         )
-        args = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
-        args += [list(terms), max_tokens, tag]
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [_row(r) for r in rows]
 
@@ -528,6 +560,7 @@ class PostgresqlStorage:
         limit: int,
         tag: str | None,
         max_tokens: int | None = None,
+        where: ListFilter | None = None,
     ) -> list[EntryRow]:
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
         # Only a budgeted list pays for the condition; the plain one keeps its plan.
@@ -535,6 +568,7 @@ class PostgresqlStorage:
         if max_tokens is not None:
             args.append(max_tokens)
             small = f" AND e.tokens <= ${len(args)}"
+        small += _where_sql(where, args)
         if tag is None:
             sql = (
                 f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"

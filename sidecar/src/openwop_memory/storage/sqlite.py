@@ -53,6 +53,7 @@ from .base import (
     EntryRow,
     FoundEntry,
     FoundRun,
+    ListFilter,
     PutOutcome,
     PutRequest,
     PutResult,
@@ -117,6 +118,36 @@ def _get_params(scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str) ->
         "snap": cast(int, snapshot),
         "now": now_us,
     }
+
+
+def _where_sql(where: ListFilter | None, params: dict[str, Any]) -> str:
+    """The conditions of ``where`` on entries ``e`` (each starting with `` AND``), their
+    values added to ``params``; ``""`` for none."""
+    if where is None:
+        return ""
+    sql = ""
+    if where.tags_any:
+        params["tags_any"] = orjson.dumps(where.tags_any).decode()
+        sql += (
+            " AND EXISTS (SELECT 1 FROM entry_tags ta WHERE ta.scope_pk = e.scope_pk"
+            " AND ta.seq = e.seq AND ta.tag IN (SELECT value FROM json_each(:tags_any)))"
+        )
+    if where.tags_all:
+        # An entry's tags are distinct (the primary key), and so are these.
+        params["tags_all"] = orjson.dumps(where.tags_all).decode()
+        params["tags_all_count"] = len(where.tags_all)
+        sql += (
+            " AND (SELECT count(*) FROM entry_tags tl WHERE tl.scope_pk = e.scope_pk"
+            " AND tl.seq = e.seq AND tl.tag IN (SELECT value FROM json_each(:tags_all)))"
+            " = :tags_all_count"
+        )
+    if where.created_after_us is not None:
+        params["created_after"] = where.created_after_us
+        sql += " AND e.created_us > :created_after"
+    if where.created_before_us is not None:
+        params["created_before"] = where.created_before_us
+        sql += " AND e.created_us < :created_before"
+    return sql
 
 
 def _row(r: Any) -> EntryRow:
@@ -559,6 +590,7 @@ class SqliteStorage:
         limit: int,
         tag: str | None,
         max_tokens: int | None = None,
+        where: ListFilter | None = None,
     ) -> list[EntryRow]:
         if not terms:
             return []
@@ -584,7 +616,7 @@ class SqliteStorage:
             " v (seq, term) AS (SELECT m.seq, m.term FROM m JOIN entries e ON e.seq = m.seq"
             f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
             " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
-            " AND t.seq = e.seq))),"
+            f" AND t.seq = e.seq)){_where_sql(where, params)}),"
             f" {_SCORES}"
             f" SELECT {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
             " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
@@ -603,6 +635,7 @@ class SqliteStorage:
         limit: int,
         tag: str | None,
         max_tokens: int | None = None,
+        where: ListFilter | None = None,
     ) -> list[EntryRow]:
         params: dict[str, Any] = {
             "tenant": scope.tenant,
@@ -616,6 +649,7 @@ class SqliteStorage:
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
             small = " AND e.tokens <= :max_tokens"
+        small += _where_sql(where, params)
         if tag is None:
             sql = (
                 f"SELECT {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
