@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 from openwop_memory.retrieval import estimate_tokens
+from openwop_memory_client import MemoryListOptions
 from support.backends import POSTGRES
 from support.names import uid
 from support.protocol import begin, checked_entry, error_of, later_list, put, req
@@ -271,3 +272,9 @@ def test_a_bad_filter_is_a_validation_error(
     line = req("memory.list", {"runId": run, "memoryRef": "r", "options": {FILTER: condition}})
     err = error_of(client.raw(line), "validation_error", -32602)
     assert err.details["field"] == f"options.{FILTER}.{field}"
+
+
+def test_the_options_model_dumps_the_filter_under_its_wire_name() -> None:
+    """What the client sends for a :class:`MemoryListOptions` holding the filter."""
+    wire = {FILTER: {"tagsAny": ["a"]}, "rank": "relevance", "query": "x", "tokenBudget": 9}
+    assert MemoryListOptions.model_validate(wire).model_dump(exclude_none=True) == wire

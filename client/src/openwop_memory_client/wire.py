@@ -141,6 +141,9 @@ class MemoryListOptions(_Params):
     (ignored under ``recency``; the sidecar refuses ``relevance`` without it, naming
     ``options.query``); ``tokenBudget`` bounds the tokens of what is returned."""
 
+    # Dumped (as the client sends options) under the wire name of the filter.
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, serialize_by_alias=True)
+
     limit: int | None = Field(default=None, ge=0)
     tag: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS)] | None = None
     tokenBudget: int | None = Field(default=None, ge=1)
