@@ -15,7 +15,7 @@ from pydoc_data.topics import topics
 
 import bpe_openai
 import pytest
-from openwop_memory.retrieval import MAX_QUERY_TERMS, estimate_tokens, query_terms
+from openwop_memory.retrieval import MAX_QUERY_TERMS, STOP_WORDS, estimate_tokens, query_terms
 
 pytestmark = pytest.mark.backend_independent
 
@@ -68,22 +68,11 @@ def test_counts_of_small_texts() -> None:
 
 
 def test_query_terms() -> None:
-    assert query_terms("Deploy the API, then deploy again!") == [
-        "deploy",
-        "the",
-        "api",
-        "then",
-        "again",
-    ]
-    assert query_terms('"quoted" OR col:name* (x) & !y') == [
-        "quoted",
-        "or",
-        "col",
-        "name",
-        "x",
-        "y",
-    ]
+    assert query_terms("Deploy the API, then deploy again!") == ["deploy", "api"]
+    assert query_terms('"quoted" OR col:name* (x) & !y') == ["quoted", "col", "name", "x", "y"]
     assert query_terms("Zürich café_2") == ["zürich", "café_2"]
     assert query_terms("?!. ,") == []
+    assert query_terms("What is it that they were doing?") == []  # stop words only
+    assert {"the", "and", "of", "is"} <= STOP_WORDS
     many = " ".join(f"w{n}" for n in range(100))
     assert query_terms(many) == [f"w{n}" for n in range(MAX_QUERY_TERMS)]
