@@ -613,7 +613,9 @@ class SqliteStorage:
             )
         sql = (
             f"WITH m (seq, term) AS ({' UNION ALL '.join(matches)}),"
-            " v (seq, term) AS (SELECT m.seq, m.term FROM m JOIN entries e ON e.seq = m.seq"
+            # CROSS JOIN keeps the matches as the outer loop: otherwise the planner may
+            # read the whole scope and look each entry up among the matches.
+            " v (seq, term) AS (SELECT m.seq, m.term FROM m CROSS JOIN entries e ON e.seq = m.seq"
             f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
             " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
             f" AND t.seq = e.seq)){_where_sql(where, params)}),"
