@@ -702,7 +702,8 @@ class PostgresqlStorage:
         )
         if row is None:
             return None
-        return FoundEntry(Scope(row[5], row[6]), _row(row), bool(row[7]))
+        # The entry's columns first (six, tokens included), then the scope and tombstone.
+        return FoundEntry(Scope(row[6], row[7]), _row(row), bool(row[8]))
 
     async def backup(self, *, path: str) -> int:
         raise ValidationError(

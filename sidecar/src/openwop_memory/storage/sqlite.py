@@ -768,7 +768,8 @@ class SqliteStorage:
         if not rows:
             return None
         r = rows[0]
-        return FoundEntry(Scope(r[5], r[6]), _row(r[:5]), bool(r[7]))
+        # The entry's columns first (six, tokens included), then the scope and tombstone.
+        return FoundEntry(Scope(r[6], r[7]), _row(r[:6]), bool(r[8]))
 
     async def backup(self, *, path: str) -> int:
         return await anyio.to_thread.run_sync(self._backup, path)
