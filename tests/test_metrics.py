@@ -173,3 +173,12 @@ def test_a_duration_lands_in_the_first_bucket_that_holds_it(seconds: float, buck
     assert len(counts) == len(LATENCY_BUCKETS) + 1
     assert counts[bucket] == 1 and sum(counts) == 1
     assert stats.requests["memory.get"]["ok"] == 1
+
+
+@pytest.mark.backend_independent
+def test_an_empty_metrics_address_is_no_listener() -> None:
+    from openwop_memory.config import load_settings
+
+    assert load_settings({"metrics_address": ""}, environ={}).metrics_address is None
+    address = load_settings({}, environ={"OPENWOP_MEMORY_METRICS_ADDRESS": "127.0.0.1:9"})
+    assert address.metrics_address == "127.0.0.1:9"

@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -67,6 +66,9 @@ def host_and_port(address: str) -> tuple[str, int]:
 
 
 def _address(value: Any) -> Any:
+    # "" is how a TOML file (which has no null) says "no listener".
+    if value == "":
+        return None
     if isinstance(value, str):
         host_and_port(value)
     return value
@@ -275,10 +277,10 @@ class Settings(BaseModel):
         description="path of a second socket (mode 0600) for the operator's admin methods "
         "(openwop-memory inspect and backup); not set: none",
     )
-    metrics_address: Annotated[str | None, AfterValidator(_address)] = Field(
+    metrics_address: Annotated[str | None, BeforeValidator(_address)] = Field(
         None,
         description="host:port of an HTTP listener serving Prometheus metrics at /metrics "
-        "(127.0.0.1:9464; 0.0.0.0:9464 in a pod); not set: no listener",
+        "(127.0.0.1:9464; 0.0.0.0:9464 in a pod); not set or empty: no listener",
     )
 
 
