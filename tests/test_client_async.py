@@ -31,6 +31,7 @@ from openwop_memory_client import (
     ReplaySnapshotUnavailableError,
     RequestTimeoutError,
     RunNotFoundError,
+    RunNotOpenError,
     SecretLeakageError,
     SecretSpec,
     SidecarUnavailableError,
@@ -184,8 +185,8 @@ async def test_run_round_trip_of_every_memory_method(shared_sidecar: Sidecar) ->
         for entry in (first, second, third):
             check_entry(entry.to_wire())
         assert first.content == "key [REDACTED:openai] used"
-        assert first.tags == ["kind:a"] and first.expiresAt == expires
-        assert second.tags == ["kind:b"] and second.expiresAt is None
+        assert first.tags == ("kind:a",) and first.to_wire()["expiresAt"] == expires
+        assert second.tags == ("kind:b",) and second.expires_at is None
         assert third.content == "pw [REDACTED:db]"
 
         async with client.run(uid("r"), tenant) as reader:
@@ -279,7 +280,7 @@ async def test_validation_errors_are_typed(shared_sidecar: Sidecar) -> None:
             assert past.value.details["field"] == "entry.expiresAt"
             assert past.value.code == "validation_error" and past.value.wire_rpc_code == -32602
             with pytest.raises(ValidationError) as unknown:
-                await run.put(ref, {"content": "x", "id": "mine"})
+                await run.put(ref, {"content": "x", "id": "mine"})  # type: ignore[arg-type]
             assert unknown.value.details["field"].startswith("entry")
             with pytest.raises(ValidationError):
                 await client.call("memory.list", runId=run.run_id, memoryRef=ref, bogus=1)
@@ -310,8 +311,8 @@ async def test_not_found_errors_are_typed(shared_sidecar: Sidecar) -> None:
         with pytest.raises(MethodNotFoundError) as method_err:
             await client.call("memory.frobnicate")
         assert method_err.value.details["resource"] == "method"
-        # A run that was never entered is not re-begun behind the caller's back.
-        with pytest.raises(RunNotFoundError):
+        # A run that was never entered is not begun behind the caller's back.
+        with pytest.raises(RunNotOpenError):
             await client.run(uid("ghost"), tenant).put(ref, {"content": "x"})
 
 

@@ -48,7 +48,7 @@ def test_round_trip_of_every_method(shared_sidecar: Sidecar) -> None:
             assert writer.add_secrets({"db": "another-secret-1"}) == 2
             run_id = writer.run_id
         check_entry(first.to_wire())
-        assert first.content == "a [REDACTED:openai]" and first.tags == ["x"]
+        assert first.content == "a [REDACTED:openai]" and first.tags == ("x",)
         assert client.call("run.end", runId=run_id) == {"ended": False}  # exit ended it
         with client.run(uid("r"), tenant) as reader:
             assert reader.list(ref) == [second, first]
@@ -82,7 +82,7 @@ def test_typed_errors(shared_sidecar: Sidecar) -> None:
             with pytest.raises(ForbiddenError):
                 run.put(other_ref, {"content": "x"})
             with pytest.raises(ValidationError) as bad:
-                run.put(ref, {"content": 42})
+                run.put(ref, {"content": 42})  # type: ignore[arg-type]
             assert bad.value.details["field"] == "entry.content"
             params = {"runId": run.run_id, "memoryRef": ref, "idempotencyKey": "k"}
             client.call("memory.put", entry={"content": "one"}, **params)

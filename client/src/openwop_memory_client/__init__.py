@@ -2,18 +2,22 @@
 
 ``AsyncMemoryClient`` (anyio) and its blocking twin ``MemoryClient`` speak PROTOCOL.md over
 the sidecar's Unix socket; ``client.run(...)`` opens a run whose ``list``/``get``/``put``/
-``delete`` are RFC 0004's ``MemoryAdapter``. Errors are the one hierarchy of ``_errors``.
+``delete`` are RFC 0004's ``MemoryAdapter``, returning :class:`MemoryEntry` objects
+(snake_case attributes, ``datetime`` values). Errors are the one hierarchy of ``_errors``;
+:class:`MemoryValidationError` was called ``ValidationError``, which remains an alias.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._entry import EntryDict, MemoryEntry
 from ._errors import (
     ConflictError,
     ForbiddenError,
     InternalError,
     MemoryServiceError,
+    MemoryValidationError,
     MethodNotFoundError,
     NotFoundError,
     OpenWopMemoryError,
@@ -21,6 +25,7 @@ from ._errors import (
     ReplaySnapshotUnavailableError,
     RequestTimeoutError,
     RunNotFoundError,
+    RunNotOpenError,
     SecretLeakageError,
     SidecarUnavailableError,
     TransportError,
@@ -28,7 +33,7 @@ from ._errors import (
     ValidationError,
     error_from_wire,
 )
-from .wire import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
+from .wire import EntryInput, MemoryListOptions, RunBeginResult, SecretSpec
 
 if TYPE_CHECKING:
     from ._async_client import AsyncMemoryClient
@@ -51,6 +56,7 @@ __all__ = [
     "AsyncMemoryClient",
     "AsyncMemoryRun",
     "ConflictError",
+    "EntryDict",
     "EntryInput",
     "ForbiddenError",
     "InternalError",
@@ -59,6 +65,7 @@ __all__ = [
     "MemoryListOptions",
     "MemoryRun",
     "MemoryServiceError",
+    "MemoryValidationError",
     "MethodNotFoundError",
     "NotFoundError",
     "OpenWopMemoryError",
@@ -67,6 +74,7 @@ __all__ = [
     "RequestTimeoutError",
     "RunBeginResult",
     "RunNotFoundError",
+    "RunNotOpenError",
     "SecretLeakageError",
     "SecretSpec",
     "SidecarUnavailableError",

@@ -22,25 +22,52 @@ import anyio
 import anyio.abc
 
 from ._async_run import AsyncMemoryRun
-from ._convert import SecretsArg
-from ._errors import InternalError, RequestTimeoutError, SidecarUnavailableError, ValidationError
+from ._convert import SecretsArg, issue_ref_params
+from ._errors import (
+    InternalError,
+    MemoryValidationError,
+    RequestTimeoutError,
+    SidecarUnavailableError,
+)
 from ._errors import error_from_wire as _error_from_wire
 from ._transport import ConnectionLost, MultiplexedConnection
 
-__all__ = ["AsyncMemoryClient"]
+__all__ = ["DEFAULT_SOCKET", "SOCKET_ENV", "AsyncMemoryClient", "default_socket_path"]
 
 _log = logging.getLogger("openwop_memory_client")
 
 
+# Where a client given no socket path looks: the variable a deployment sets (the systemd
+# unit and the Kubernetes manifest both do), then the sidecar's own default, relative to
+# the working directory as `make run` creates it.
+SOCKET_ENV = "OPENWOP_MEMORY_SOCKET"
+DEFAULT_SOCKET = "var/openwop-memory.sock"
+
+
+def default_socket_path() -> str:
+    """``$OPENWOP_MEMORY_SOCKET`` if set and not empty, else ``var/openwop-memory.sock``."""
+    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
 def _encode(request_id: int, method: str, params: Mapping[str, Any]) -> bytes:
-    """One request line. :raises ValidationError: a string is not encodable as UTF-8."""
+    """One request line.
+
+    :raises MemoryValidationError: a param is not JSON (a type JSON cannot spell, NaN or an
+        infinity) or a string is not encodable as UTF-8; the message names the type only.
+    """
     request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    text = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        text = json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        # json's own messages name the type or say "Out of range float values": no value.
+        raise MemoryValidationError(
+            f"{method}: a param is not representable in JSON ({exc})", {"field": "params"}
+        ) from None
     try:
         return text.encode() + b"\n"
     except UnicodeEncodeError:
         # The codec's message quotes the offending character, which may be part of a secret.
-        raise ValidationError(
+        raise MemoryValidationError(
             "a string param holds a lone surrogate (not UTF-8)", {"field": "params"}
         ) from None
 
@@ -51,6 +78,8 @@ class AsyncMemoryClient:
     Use it as ``async with AsyncMemoryClient(path) as client:``; entering connects (with
     the reconnect policy below) and exiting closes the connection.
 
+    :param socket_path: the sidecar's Unix socket; when omitted (or None),
+        ``$OPENWOP_MEMORY_SOCKET``, else ``var/openwop-memory.sock`` (the sidecar's default).
     :param timeout: seconds to wait for the answer to one request once it is sent
         (:class:`RequestTimeoutError` after that). Reconnecting is bounded separately.
     :param connect_timeout: seconds one connection attempt may take.
@@ -64,7 +93,7 @@ class AsyncMemoryClient:
 
     def __init__(
         self,
-        socket_path: str | os.PathLike[str],
+        socket_path: str | os.PathLike[str] | None = None,
         *,
         timeout: float = 10.0,
         connect_timeout: float = 2.0,
@@ -79,7 +108,7 @@ class AsyncMemoryClient:
             raise ValueError("reconnect_attempts must be >= 1 and max_retries >= 0")
         if not 0 <= reconnect_backoff <= reconnect_backoff_max:
             raise ValueError("need 0 <= reconnect_backoff <= reconnect_backoff_max")
-        self._path = os.fspath(socket_path)
+        self._path = os.fspath(socket_path) if socket_path is not None else default_socket_path()
         self._timeout = float(timeout)
         self._connect_timeout = float(connect_timeout)
         self._attempts = reconnect_attempts
@@ -151,10 +180,13 @@ class AsyncMemoryClient:
         return capabilities
 
     async def issue_ref(self, tenant: str, agent: str, namespace: str = "default") -> str:
-        """The sidecar-issued memoryRef of the scope (tenant, agent, namespace)."""
-        result = await self._request(
-            "memory.issueRef", {"tenant": tenant, "agent": agent, "namespace": namespace}
-        )
+        """The sidecar-issued memoryRef of the scope (tenant, agent, namespace).
+
+        :raises MemoryValidationError: a name is empty, too long or holds a control
+            character (nothing was sent).
+        :raises ForbiddenError: the socket's tenant binding does not allow ``tenant``.
+        """
+        result = await self._request("memory.issueRef", issue_ref_params(tenant, agent, namespace))
         if not isinstance(result, dict) or not isinstance(result.get("memoryRef"), str):
             raise InternalError("the sidecar answered a malformed memory.issueRef result")
         ref: str = result["memoryRef"]

@@ -9,32 +9,38 @@ and secrets. The sidecar persisted the snapshot, and the re-begin asks for it wi
 from __future__ import annotations
 
 import builtins
-import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
 from ._convert import (
-    EntryArg,
+    ContentArg,
     OptionsArg,
     SecretsArg,
-    entry_to_wire,
-    options_to_wire,
+    TtlArg,
+    add_secrets_params,
+    begin_params,
+    id_params,
+    list_params,
     parse_begin,
     parse_entries,
     parse_entry,
     parse_optional_entry,
+    put_params,
     secrets_to_wire,
 )
+from ._entry import MemoryEntry
 from ._errors import (
     InternalError,
     OpenWopMemoryError,
     ReplaySnapshotUnavailableError,
     RunNotFoundError,
+    RunNotOpenError,
 )
-from .wire import MemoryEntry, RunBeginResult
+from .wire import RunBeginResult
 
 if TYPE_CHECKING:
     from ._async_client import AsyncMemoryClient
@@ -71,6 +77,9 @@ class AsyncMemoryRun:
         self.tenant = tenant
         self.replay = replay
         self._secrets = secrets_to_wire(secrets)
+        # How RunNotOpenError tells the caller to open the run; the blocking MemoryRun
+        # that wraps this object sets it to "with".
+        self.block_hint = "async with"
         self._begun: RunBeginResult | None = None
         self._open = False
         # Bumped by each re-begin, so that calls failing together re-begin only once.
@@ -100,8 +109,26 @@ class AsyncMemoryRun:
 
     def _result(self) -> RunBeginResult:
         if self._begun is None:
-            raise RuntimeError("the run has not begun; use `async with client.run(...)`")
+            raise RunNotOpenError(self._not_open_message("has not begun"))
         return self._begun
+
+    def _not_open_message(self, state: str) -> str:
+        # The blocking MemoryRun wraps this object and says `with` instead.
+        return (
+            f"run {self.run_id!r} {state}: use it inside"
+            f" `{self.block_hint} client.run(...) as run:`"
+        )
+
+    def _check_begun(self) -> None:
+        """:raises RunNotOpenError: the run was never begun (nothing would find it)."""
+        if self._begun is None:
+            raise RunNotOpenError(self._not_open_message("has not begun"))
+
+    def _check_open(self) -> None:
+        """:raises RunNotOpenError: the run is not open (a write needs it open)."""
+        if not self._open:
+            self._check_begun()
+            raise RunNotOpenError(self._not_open_message("has ended"))
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -113,7 +140,7 @@ class AsyncMemoryRun:
         :raises ValidationError: a secret or name is malformed (named by field, never echoed).
         """
         if self._open:
-            raise RuntimeError("this run is already open")
+            raise RunNotOpenError(f"run {self.run_id!r} is already open; enter it once")
         self._begun = await self._begin(replay=self.replay)
         self._open = True
         return self
@@ -138,11 +165,7 @@ class AsyncMemoryRun:
                 raise
 
     async def _begin(self, *, replay: bool) -> RunBeginResult:
-        params: dict[str, Any] = {"runId": self.run_id, "tenant": self.tenant}
-        if self._secrets:
-            params["secrets"] = self._secrets
-        if replay:
-            params["replay"] = True
+        params = begin_params(self.run_id, self.tenant, self._secrets, replay=replay)
         return parse_begin(await self._client._request("run.begin", params))
 
     async def _rebegin(self, generation: int) -> None:
@@ -171,53 +194,88 @@ class AsyncMemoryRun:
 
     # -- MemoryAdapter -------------------------------------------------------------------
 
-    async def list(self, memory_ref: str, options: OptionsArg = None) -> builtins.list[MemoryEntry]:
+    async def list(
+        self,
+        memory_ref: str,
+        options: OptionsArg = None,
+        *,
+        limit: int | None = None,
+        tag: str | None = None,
+    ) -> builtins.list[MemoryEntry]:
         """Entries of the scope in the run's snapshot, unexpired, newest first.
 
-        ``options`` is a :class:`MemoryListOptions` or a mapping ``{limit?, tag?}``.
+        :param limit: at most this many entries; omitted or 0 means the sidecar's default
+            (``maxListLimit`` in ``host.capabilities`` caps it).
+        :param tag: only entries carrying this tag.
+        :param options: the same options as a :class:`MemoryListOptions` or a mapping
+            ``{limit?, tag?}`` (the earlier form; not together with the keywords).
+
         A malformed or tampered ref yields ``[]``.
 
+        :raises MemoryValidationError: an option is malformed (nothing was sent).
+        :raises RunNotOpenError: the run was never begun.
         :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
-        :raises RunNotFoundError: the run was never begun (or is past retention).
         """
-        params: dict[str, Any] = {"runId": self.run_id, "memoryRef": memory_ref}
-        wire_options = options_to_wire(options)
-        if wire_options is not None:
-            params["options"] = wire_options
+        self._check_begun()
+        params = list_params(self.run_id, memory_ref, options, limit=limit, tag=tag)
         return parse_entries(await self._client._request("memory.list", params))
 
     async def get(self, memory_ref: str, id: str) -> MemoryEntry | None:
         """The entry ``id`` of the scope as the run's snapshot sees it, or ``None``.
 
+        :raises RunNotOpenError: the run was never begun.
         :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
-        :raises RunNotFoundError: the run was never begun (or is past retention).
         """
-        params = {"runId": self.run_id, "memoryRef": memory_ref, "id": id}
+        self._check_begun()
+        params = id_params(self.run_id, memory_ref, id)
         return parse_optional_entry(await self._client._request("memory.get", params))
 
     async def put(
-        self, memory_ref: str, entry: EntryArg, *, idempotency_key: str | None = None
+        self,
+        memory_ref: str,
+        content: ContentArg,
+        *,
+        tags: Sequence[str] = (),
+        ttl: TtlArg = None,
+        expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> MemoryEntry:
-        """Write ``entry`` (an :class:`EntryInput` or a mapping ``{content, tags?,
-        expiresAt?}``) and return it as stored: secrets redacted, id and createdAt set.
+        """Write an entry and return it as stored: secrets redacted, id and created_at set.
 
-        The put carries an idempotency key (``idempotency_key``, or a fresh uuid4), the same
-        on every re-send, so it writes at most once whatever connections drop. The run does
-        not see its own write (it is after its snapshot).
+        :param content: the entry's text; or a whole entry, as a dict ``{"content",
+            "tags"?, "expiresAt"?}`` (:class:`EntryDict`) or an :class:`EntryInput`.
+        :param tags: the entry's tags (duplicates and empty tags are dropped).
+        :param ttl: the entry expires this long from now: a ``timedelta`` or seconds.
+        :param expires_at: the entry expires at this aware ``datetime`` (not with ``ttl``).
+            Without either, the entry never expires.
+        :param idempotency_key: the put's key; a fresh uuid4 when omitted. It is the same
+            on every re-send, so the put writes at most once whatever connections drop;
+            the same key with the same entry returns the first write.
 
-        :raises ValidationError: the entry or ref is malformed (``details.field``).
-        :raises SecretLeakageError: policy ``reject`` and the entry held a secret.
+        The run does not see its own write (it is after its snapshot).
+
+        :raises MemoryValidationError: an argument is malformed or two conflict (nothing
+            was sent), or the sidecar refused the entry: too large, ``expiresAt`` not in
+            the future (``details.field`` names the field).
+        :raises SecretLeakageError: the sidecar's policy refused the entry (``reject`` and
+            ``reject-disguised`` when it held a registered secret, a credential pattern,
+            or the redaction fail-safe).
         :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
         :raises ConflictError: ``idempotency_key`` was used for a different entry.
+        :raises RunNotOpenError: the run was never begun, or has ended.
         :raises ReplaySnapshotUnavailableError: the run had to be re-begun and the sidecar
             no longer has its snapshot (it is never re-begun on a fresh one).
         """
-        params = {
-            "runId": self.run_id,
-            "memoryRef": memory_ref,
-            "entry": entry_to_wire(entry),
-            "idempotencyKey": idempotency_key if idempotency_key is not None else str(uuid.uuid4()),
-        }
+        self._check_open()
+        params = put_params(
+            self.run_id,
+            memory_ref,
+            content,
+            tags=tags,
+            ttl=ttl,
+            expires_at=expires_at,
+            idempotency_key=idempotency_key,
+        )
         return parse_entry(await self._call_open("memory.put", params))
 
     async def delete(self, memory_ref: str, id: str) -> bool:
@@ -225,9 +283,11 @@ class AsyncMemoryRun:
 
         Re-sent after a dropped connection, a delete that had taken effect reports False.
 
+        :raises RunNotOpenError: the run was never begun.
         :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
         """
-        params = {"runId": self.run_id, "memoryRef": memory_ref, "id": id}
+        self._check_begun()
+        params = id_params(self.run_id, memory_ref, id)
         result = await self._client._request("memory.delete", params)
         if not isinstance(result, bool):
             raise InternalError("the sidecar answered a malformed memory.delete result")
@@ -236,10 +296,14 @@ class AsyncMemoryRun:
     async def add_secrets(self, secrets: SecretsArg) -> int:
         """Add secrets to the run's keyring; returns the keyring's size after the merge.
 
-        :raises ValidationError: a secret is malformed or the keyring would exceed 256.
+        :param secrets: a mapping secret id -> value, or an iterable of :class:`SecretSpec`.
+        :raises MemoryValidationError: a secret is malformed or the keyring would exceed 256.
+        :raises RunNotOpenError: the run was never begun, or has ended.
         """
+        self._check_open()
         wire = secrets_to_wire(secrets)
-        result = await self._call_open("run.addSecrets", {"runId": self.run_id, "secrets": wire})
+        params = add_secrets_params(self.run_id, wire)
+        result = await self._call_open("run.addSecrets", params)
         if not isinstance(result, dict) or not isinstance(result.get("count"), int):
             raise InternalError("the sidecar answered a malformed run.addSecrets result")
         # Kept only once accepted, so that a re-begin never carries a refused secret.

@@ -1,107 +1,303 @@
-"""Caller arguments to wire params, and wire results to models.
+"""Caller arguments to wire params, checked before anything is sent; wire results to objects.
 
-The sidecar is the one validation authority: mappings are sent as given and the sidecar
-answers a ``validation_error`` naming the field. Results are parsed into models; a result
-that does not parse becomes an :class:`InternalError` that quotes nothing of it (it may
-hold entry content).
+Params are checked against the same wire models the sidecar validates with, so a malformed
+call fails here as a :class:`MemoryValidationError` naming the field the way the sidecar
+would (``entry.tags[1]``), and never as a ``TypeError`` from the JSON encoder or a pydantic
+error. Checks that need the sidecar's configuration (entry size) or its clock (``expiresAt``
+in the future) stay with the sidecar. Results are parsed into typed objects; a result that
+does not parse becomes an :class:`InternalError` that quotes nothing of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+import numbers
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 import pydantic
 
-from ._errors import InternalError
-from .wire import EntryInput, MemoryEntry, MemoryListOptions, RunBeginResult, SecretSpec
+from ._entry import EntryDict, MemoryEntry, format_time, parse_entry_object
+from ._errors import InternalError, MemoryValidationError
+from .wire import (
+    EntryInput,
+    GetParams,
+    IssueRefParams,
+    ListParams,
+    MemoryListOptions,
+    PutParams,
+    RunAddSecretsParams,
+    RunBeginParams,
+    RunBeginResult,
+    SecretSpec,
+)
 
 __all__ = [
-    "EntryArg",
+    "ContentArg",
     "OptionsArg",
     "SecretsArg",
-    "entry_to_wire",
-    "options_to_wire",
+    "TtlArg",
+    "begin_params",
+    "field_path",
+    "id_params",
+    "issue_ref_params",
+    "list_params",
     "parse_begin",
     "parse_entries",
     "parse_entry",
     "parse_optional_entry",
+    "put_params",
     "secrets_to_wire",
+    "validation_error_from",
 ]
 
 SecretsArg: TypeAlias = Mapping[str, str] | Iterable[SecretSpec] | None
-EntryArg: TypeAlias = EntryInput | Mapping[str, Any]
+# What ``put`` takes as its second argument: the content itself, or a whole entry.
+ContentArg: TypeAlias = str | EntryDict | EntryInput
 OptionsArg: TypeAlias = MemoryListOptions | Mapping[str, Any] | None
+TtlArg: TypeAlias = timedelta | float | None
 
-_ENTRY = pydantic.TypeAdapter(MemoryEntry)
-_OPTIONAL_ENTRY = pydantic.TypeAdapter(MemoryEntry | None)
-_ENTRIES = pydantic.TypeAdapter(list[MemoryEntry])
 _BEGIN = pydantic.TypeAdapter(RunBeginResult)
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """``("entry", "tags", 1)`` → ``entry.tags[1]``: the sidecar's spelling of a field."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path[:200] or "params"
+
+
+def validation_error_from(exc: pydantic.ValidationError) -> MemoryValidationError:
+    """The library's error for a pydantic failure: the field's path and the constraint.
+
+    Pydantic's ``msg`` describes the constraint, never the input, so no value leaks; the
+    ``Value error, `` prefix it puts before a validator's own message is dropped.
+    """
+    first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
+    field = field_path(first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    return MemoryValidationError(f"{field}: {message}", {"field": field})
+
+
+def _checked(model: type[pydantic.BaseModel], params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` unchanged if ``model`` accepts them.
+
+    :raises MemoryValidationError: they are malformed (``details.field`` names where).
+    """
+    try:
+        model.model_validate(params)
+    except pydantic.ValidationError as exc:
+        raise validation_error_from(exc) from None
+    return params
+
+
+def _invalid(field: str, message: str) -> MemoryValidationError:
+    return MemoryValidationError(f"{field}: {message}", {"field": field})
 
 
 def secrets_to_wire(secrets: SecretsArg) -> list[dict[str, Any]]:
     """``[{id, value}, ...]`` from a mapping id -> value or an iterable of :class:`SecretSpec`.
 
-    :raises TypeError: an item of the iterable is not a :class:`SecretSpec` (the message
-        names its type only, never its value).
+    :raises MemoryValidationError: ``secrets`` is neither (the message names types only,
+        never a value).
     """
     if secrets is None:
         return []
     if isinstance(secrets, Mapping):
         return [{"id": k, "value": v} for k, v in secrets.items()]
+    given: object = secrets  # the annotation is a promise the caller may not have kept
+    if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise _invalid(
+            "secrets",
+            "must be a mapping of id to value or an iterable of SecretSpec,"
+            f" not {type(secrets).__name__}",
+        )
     wire: list[dict[str, Any]] = []
-    for spec in secrets:
+    for i, spec in enumerate(secrets):
         if not isinstance(spec, SecretSpec):
-            raise TypeError(
-                "secrets must be a mapping of id to value or an iterable of SecretSpec,"
-                f" not of {type(spec).__name__}"
+            raise _invalid(
+                f"secrets[{i}]",
+                "must be a mapping of id to value or an iterable of SecretSpec,"
+                f" not of {type(spec).__name__}",
             )
         wire.append({"id": spec.id, "value": spec.value})
     return wire
 
 
-def entry_to_wire(entry: EntryArg) -> dict[str, Any]:
-    """The wire ``entry`` object: an :class:`EntryInput` without unset fields, or the mapping."""
-    if isinstance(entry, EntryInput):
-        return entry.model_dump(exclude_none=True)
-    return dict(entry)
+def begin_params(
+    run_id: str, tenant: str, secrets: list[dict[str, Any]], *, replay: bool
+) -> dict[str, Any]:
+    """``run.begin`` params. :raises MemoryValidationError: one is malformed."""
+    params: dict[str, Any] = {"runId": run_id, "tenant": tenant}
+    if secrets:
+        params["secrets"] = secrets
+    if replay:
+        params["replay"] = True
+    return _checked(RunBeginParams, params)
 
 
-def options_to_wire(options: OptionsArg) -> dict[str, Any] | None:
-    """The wire ``options`` object, or ``None`` to leave it out."""
-    if options is None:
-        return None
+def add_secrets_params(run_id: str, secrets: list[dict[str, Any]]) -> dict[str, Any]:
+    """``run.addSecrets`` params. :raises MemoryValidationError: one is malformed."""
+    return _checked(RunAddSecretsParams, {"runId": run_id, "secrets": secrets})
+
+
+def issue_ref_params(tenant: str, agent: str, namespace: str) -> dict[str, Any]:
+    """``memory.issueRef`` params. :raises MemoryValidationError: a name is malformed."""
+    return _checked(IssueRefParams, {"tenant": tenant, "agent": agent, "namespace": namespace})
+
+
+def id_params(run_id: str, memory_ref: str, entry_id: str) -> dict[str, Any]:
+    """``memory.get``/``memory.delete`` params. :raises MemoryValidationError: malformed."""
+    return _checked(GetParams, {"runId": run_id, "memoryRef": memory_ref, "id": entry_id})
+
+
+def list_params(
+    run_id: str, memory_ref: str, options: OptionsArg, *, limit: int | None, tag: str | None
+) -> dict[str, Any]:
+    """``memory.list`` params from an options object or mapping, or the keyword options.
+
+    :raises MemoryValidationError: both forms were given, or an option is malformed.
+    """
+    params: dict[str, Any] = {"runId": run_id, "memoryRef": memory_ref}
+    keywords = {k: v for k, v in (("limit", limit), ("tag", tag)) if v is not None}
+    if options is not None and keywords:
+        raise _invalid("options", "give the options as a mapping or as keywords, not both")
     if isinstance(options, MemoryListOptions):
-        return options.model_dump(exclude_none=True)
-    return dict(options)
+        wire = options.model_dump(exclude_none=True)
+    elif isinstance(options, Mapping):
+        wire = dict(options)
+    elif options is None:
+        wire = keywords
+    else:
+        raise _invalid(
+            "options", f"must be a MemoryListOptions or a mapping, not {type(options).__name__}"
+        )
+    if wire:
+        params["options"] = wire
+    return _checked(ListParams, params)
 
 
-def _parse(adapter: pydantic.TypeAdapter[Any], value: Any, what: str) -> Any:
+def _expiry(ttl: TtlArg, expires_at: datetime | None) -> str | None:
+    """The wire ``expiresAt`` of ``ttl`` (from now) or ``expires_at``; None for neither."""
+    if ttl is not None and expires_at is not None:
+        raise _invalid("entry.expiresAt", "give ttl or expires_at, not both")
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime):
+            raise _invalid(
+                "entry.expiresAt", f"expires_at must be a datetime, not {type(expires_at).__name__}"
+            )
+        return _format(expires_at)
+    if ttl is None:
+        return None
+    given: object = ttl  # the annotation is a promise the caller may not have kept
+    if isinstance(given, timedelta):
+        seconds = given.total_seconds()
+    elif not isinstance(given, bool) and isinstance(given, numbers.Real):
+        seconds = float(given)
+    else:
+        raise _invalid(
+            "entry.expiresAt",
+            f"ttl must be a timedelta or a number of seconds, not {type(ttl).__name__}",
+        )
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise _invalid("entry.expiresAt", "ttl must be a positive duration")
     try:
-        return adapter.validate_python(value)
-    except pydantic.ValidationError:
-        raise InternalError(f"the sidecar answered a malformed {what}") from None
+        return format_time(datetime.now(UTC) + timedelta(seconds=seconds))
+    except OverflowError:
+        raise _invalid("entry.expiresAt", "ttl reaches past the year 9999") from None
+
+
+def _format(value: datetime) -> str:
+    try:
+        return format_time(value)
+    except ValueError as exc:
+        raise _invalid("entry.expiresAt", str(exc)) from None
+
+
+def _entry(
+    content: ContentArg, tags: Sequence[str], ttl: TtlArg, expires_at: datetime | None
+) -> dict[str, Any]:
+    """The wire ``entry`` object of ``put``'s arguments (not yet checked by the model)."""
+    if isinstance(tags, str | bytes):
+        raise _invalid("entry.tags", "must be a sequence of strings, not one string")
+    expiry = _expiry(ttl, expires_at)
+    if isinstance(content, str):
+        entry: dict[str, Any] = {"content": content}
+        if tags:
+            entry["tags"] = list(tags)
+        if expiry is not None:
+            entry["expiresAt"] = expiry
+        return entry
+    if isinstance(content, EntryInput):
+        entry = content.model_dump(exclude_none=True)
+    elif isinstance(content, Mapping):
+        entry = dict(content)
+    else:
+        raise _invalid(
+            "entry",
+            f"content must be a string, an EntryInput or a mapping, not {type(content).__name__}",
+        )
+    if tags:
+        if "tags" in entry:
+            raise _invalid("entry.tags", "given both in the entry and as tags=")
+        entry["tags"] = list(tags)
+    elif isinstance(entry.get("tags"), tuple):
+        entry["tags"] = list(entry["tags"])
+    if expiry is not None:
+        if "expiresAt" in entry:
+            raise _invalid("entry.expiresAt", "given both in the entry and as ttl= or expires_at=")
+        entry["expiresAt"] = expiry
+    elif isinstance(entry.get("expiresAt"), datetime):
+        entry["expiresAt"] = _format(entry["expiresAt"])
+    return entry
+
+
+def put_params(
+    run_id: str,
+    memory_ref: str,
+    content: ContentArg,
+    *,
+    tags: Sequence[str],
+    ttl: TtlArg,
+    expires_at: datetime | None,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
+    """``memory.put`` params, with a fresh idempotency key when none is given.
+
+    :raises MemoryValidationError: an argument is malformed or two of them conflict.
+    """
+    params = {
+        "runId": run_id,
+        "memoryRef": memory_ref,
+        "entry": _entry(content, tags, ttl, expires_at),
+        "idempotencyKey": idempotency_key if idempotency_key is not None else str(uuid.uuid4()),
+    }
+    return _checked(PutParams, params)
 
 
 def parse_entry(value: Any) -> MemoryEntry:
     """:raises InternalError: ``value`` is not a ``MemoryEntry``."""
-    entry: MemoryEntry = _parse(_ENTRY, value, "entry")
-    return entry
+    return parse_entry_object(value)
 
 
 def parse_optional_entry(value: Any) -> MemoryEntry | None:
     """:raises InternalError: ``value`` is neither a ``MemoryEntry`` nor null."""
-    entry: MemoryEntry | None = _parse(_OPTIONAL_ENTRY, value, "entry")
-    return entry
+    return None if value is None else parse_entry_object(value)
 
 
 def parse_entries(value: Any) -> list[MemoryEntry]:
     """:raises InternalError: ``value`` is not a list of ``MemoryEntry``."""
-    entries: list[MemoryEntry] = _parse(_ENTRIES, value, "entry list")
-    return entries
+    if not isinstance(value, list):
+        raise InternalError("the sidecar answered a malformed entry list")
+    return [parse_entry_object(item) for item in value]
 
 
 def parse_begin(value: Any) -> RunBeginResult:
     """:raises InternalError: ``value`` is not a ``run.begin`` result."""
-    result: RunBeginResult = _parse(_BEGIN, value, "run.begin result")
-    return result
+    try:
+        return _BEGIN.validate_python(value)
+    except pydantic.ValidationError:
+        raise InternalError("the sidecar answered a malformed run.begin result") from None

@@ -8,7 +8,7 @@ The sidecar raises these; the client turns each error response back into the sam
 
     OpenWopMemoryError                   anything this package raises
     ├── MemoryServiceError               an error envelope from the sidecar (.code, .details)
-    │   ├── ValidationError              validation_error        -32602 (-32700, -32600)
+    │   ├── MemoryValidationError        validation_error        -32602 (-32700, -32600)
     │   ├── NotFoundError                not_found               -32004 (-32601)
     │   │   ├── MethodNotFoundError      not_found, resource=method
     │   │   └── RunNotFoundError         not_found, resource=run
@@ -19,11 +19,17 @@ The sidecar raises these; the client turns each error response back into the sam
     │   ├── RateLimitedError             rate_limited            -32029
     │   ├── UpstreamUnavailableError     upstream_unavailable    -32005
     │   └── InternalError                internal_error          -32603
+    ├── RunNotOpenError                  a run used outside its ``with`` block (never sent)
     └── TransportError                   the client could not talk to the sidecar
         ├── SidecarUnavailableError      no sidecar answers on the socket
         └── RequestTimeoutError          no answer within the call's timeout
 
 Messages never carry entry content or secret values; ``details`` carries ids and field names.
+
+``ValidationError`` is the former name of :class:`MemoryValidationError`, kept as an alias
+(the same class) so that existing ``except ValidationError`` clauses keep working; it will be
+removed in a later release. The new name cannot be mistaken for pydantic's
+``ValidationError``, which this package never lets escape from a client call.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "ForbiddenError",
     "InternalError",
     "MemoryServiceError",
+    "MemoryValidationError",
     "MethodNotFoundError",
     "NotFoundError",
     "OpenWopMemoryError",
@@ -44,6 +51,7 @@ __all__ = [
     "ReplaySnapshotUnavailableError",
     "RequestTimeoutError",
     "RunNotFoundError",
+    "RunNotOpenError",
     "SecretLeakageError",
     "SidecarUnavailableError",
     "TransportError",
@@ -84,11 +92,19 @@ class MemoryServiceError(OpenWopMemoryError):
         return f"{type(self).__name__}({self.message!r}, details={self.details!r})"
 
 
-class ValidationError(MemoryServiceError):
-    """Malformed input; ``details.field`` names the offending field (never its value)."""
+class MemoryValidationError(MemoryServiceError):
+    """Malformed input; ``details.field`` names the offending field (never its value).
+
+    Raised by the sidecar, and by the client before sending when it can tell the input is
+    malformed (a wrong type, an unknown entry key, a naive datetime, a non-positive ttl).
+    """
 
     code = "validation_error"
     rpc_code = INVALID_PARAMS
+
+
+# The former name, kept for one release: see the module docstring.
+ValidationError = MemoryValidationError
 
 
 class NotFoundError(MemoryServiceError):
@@ -171,6 +187,11 @@ class InternalError(MemoryServiceError):
     rpc_code = -32603
 
 
+class RunNotOpenError(OpenWopMemoryError, RuntimeError):
+    """A run was used before its ``with``/``async with`` block began it, or ``put`` or
+    ``add_secrets`` after the block ended it. Nothing was sent to the sidecar."""
+
+
 class TransportError(OpenWopMemoryError):
     """The client could not exchange a request with the sidecar."""
 
@@ -186,7 +207,7 @@ class RequestTimeoutError(TransportError):
 _BY_CODE: dict[str, type[MemoryServiceError]] = {
     cls.code: cls
     for cls in (
-        ValidationError,
+        MemoryValidationError,
         NotFoundError,
         ForbiddenError,
         SecretLeakageError,
