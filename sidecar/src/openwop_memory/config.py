@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal, NamedTuple, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -177,9 +177,16 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    socket: str = Field("var/openwop-memory.sock", min_length=1)
+    socket: str = Field(
+        "var/openwop-memory.sock",
+        min_length=1,
+        description="path of the Unix socket (at most 107 bytes); its directory is created",
+    )
     database: str = Field(
-        "sqlite:///var/openwop-memory.db", pattern=rf"^({'|'.join(map(re.escape, SCHEMES))})://"
+        "sqlite:///var/openwop-memory.db",
+        pattern=rf"^({'|'.join(map(re.escape, SCHEMES))})://",
+        description="sqlite:///relative/path, sqlite:////absolute/path or "
+        "postgresql://user@host/db",
     )
     redaction: Literal["rewrite", "reject", "reject-disguised"] = Field(
         "rewrite",
@@ -199,20 +206,38 @@ class Settings(BaseModel):
     secrets_poll_interval: Seconds = Field(
         2.0, description="how often secrets_dir is checked for changes"
     )
-    socket_mode: Annotated[int, BeforeValidator(_octal_mode)] = 0o660
-    max_request_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
-    max_entry_size_bytes: int = Field(65536, ge=1, le=16 << 20)
-    drain_timeout: Seconds = 10.0
-    sweep_interval: Seconds = 60.0
-    sweep_batch: int = Field(500, ge=1, le=100_000)
-    replay_retention: Seconds = 7 * 86400.0
+    socket_mode: Annotated[int, BeforeValidator(_octal_mode)] = Field(
+        0o660, description="file mode of the socket, in octal"
+    )
+    max_request_bytes: int = Field(
+        1 << 20, ge=1024, le=64 << 20, description="longest request line, in bytes"
+    )
+    max_entry_size_bytes: int = Field(
+        65536, ge=1, le=16 << 20, description="UTF-8 bytes of an entry's content plus its tags"
+    )
+    drain_timeout: Seconds = Field(
+        10.0, description="on SIGTERM, how long requests in progress may take to finish"
+    )
+    sweep_interval: Seconds = Field(
+        60.0, description="how often expired entries and old snapshots are deleted"
+    )
+    sweep_batch: int = Field(
+        500, ge=1, le=100_000, description="rows one sweep transaction deletes at most"
+    )
+    replay_retention: Seconds = Field(
+        7 * 86400.0,
+        description="how long an ended run's snapshot stays replayable; more than twice "
+        "sweep_interval",
+    )
     sqlite: SqliteSettings = Field(
         SqliteSettings(), description="SQLite backend settings ([sqlite] in TOML)"
     )
     postgresql: PostgresqlSettings = Field(
         PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
     )
-    max_open_runs: int = Field(10_000, ge=1)
+    max_open_runs: int = Field(
+        10_000, ge=1, description="runs begun and not ended at once; more is rate_limited"
+    )
     max_run_secret_bytes: int = Field(
         16 << 10,
         ge=8,
@@ -227,7 +252,9 @@ class Settings(BaseModel):
         "keyrings); past it the least recently used idle runs are evicted, and a keyring "
         "that cannot get room is refused with rate_limited",
     )
-    max_inflight: int = Field(4096, ge=1)
+    max_inflight: int = Field(
+        4096, ge=1, description="requests in progress at once; more is rate_limited"
+    )
     max_connections: int = Field(
         1024,
         ge=1,
@@ -259,8 +286,12 @@ class Settings(BaseModel):
         'e.g. {"uid:1001": ["acme"], "gid:2000": ["*"]}; empty: any process that can open '
         "the socket may use any tenant",
     )
-    log_format: Literal["json", "console"] = "json"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = Field(
+        "json", description="json (one object a line) or console, both on stderr"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="the least severe level written"
+    )
     access_log: bool = Field(
         False,
         description="one info line per request; off, only errors (client errors at most 10 "
@@ -342,6 +373,85 @@ def spellings(name: str) -> str:
     return f"{flag_of(name)}, {env_of(name)}, {toml} in TOML"
 
 
+def is_duration(field: FieldInfo) -> bool:
+    """True if the setting takes a duration (``500ms``, ``7d``)."""
+    return any(getattr(m, "func", None) is _duration for m in field.metadata)
+
+
+def choices_of(field: FieldInfo) -> tuple[str, ...]:
+    """The values a setting accepts, if it takes one of a few words; else ``()``."""
+    if get_origin(field.annotation) is Literal:
+        return tuple(str(v) for v in get_args(field.annotation))
+    return ()
+
+
+def format_duration(seconds: float) -> str:
+    """``7d``, ``5m``, ``2s``, ``500ms``: the largest unit that spells ``seconds`` exactly."""
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def shown_default(name: str, field: FieldInfo) -> str:
+    """A setting's default as a user writes it: ``7d``, ``0660``, ``false``, ``not set``."""
+    default = field.default
+    if default is None:
+        return "not set"
+    if name == "socket_mode":
+        return f"{default:04o}"
+    if is_duration(field):
+        return format_duration(float(default))
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, dict):
+        return json.dumps(default)
+    return str(default)
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``; did you mean X?`` for the candidate closest to ``word``, or ``""``."""
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _env_names() -> dict[str, str]:
+    """Every ``OPENWOP_MEMORY_*`` variable the sidecar reads, to the setting it sets."""
+    names = {env_of(name): name for name in [*setting_fields(), *DEPRECATED]}
+    names[ENV_PREFIX + "CONFIG"] = "config"
+    return names
+
+
+def _check_environment(environ: Mapping[str, str]) -> None:
+    """:raises ConfigError: an ``OPENWOP_MEMORY_*`` variable is a near miss of a real one.
+
+    A variable that resembles no setting is left alone: other programs (the client's
+    workers) may share the prefix.
+    """
+    # Compared without the prefix, which every name shares and would make any two alike.
+    known = {name.removeprefix(ENV_PREFIX) for name in _env_names()}
+    for variable in sorted(environ):
+        rest = variable.removeprefix(ENV_PREFIX)
+        if variable.startswith(ENV_PREFIX) and rest not in known:
+            hint = did_you_mean(rest, known)
+            if hint:
+                raise ConfigError(
+                    f"unknown environment variable {variable}"
+                    + hint.replace("did you mean ", "did you mean " + ENV_PREFIX)
+                )
+
+
+def _database_hint(value: Any) -> str:
+    """A suggestion for a ``database`` value that is a bare file path."""
+    if not isinstance(value, str) or "://" in value or not value.strip():
+        return ""
+    # sqlite:/// + the path: an absolute path keeps its slash, hence four.
+    return f"; for a SQLite file write sqlite:///{value}"
+
+
 def load_settings(
     flags: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
@@ -353,10 +463,13 @@ def load_settings(
     :param flags: values given on the command line by setting name (``sqlite.busy_timeout``
         for a group's; ``None`` values are ignored).
     :param deprecations: receives the settings given under a deprecated name, to warn about.
-    :raises ConfigError: a value is invalid, a TOML key is unknown, the file is unreadable, or
-        a setting is given under both its deprecated and its new name.
+    :raises ConfigError: a value is invalid, a TOML key is unknown, the file is unreadable, an
+        ``OPENWOP_MEMORY_*`` variable is a misspelling of a setting's, or a setting is given
+        under both its deprecated and its new name. The message is one line, naming the
+        setting and where it came from, with a hint when one helps.
     """
     environ = os.environ if environ is None else environ
+    _check_environment(environ)
     given = _Given()
     config_file = config_file or environ.get(ENV_PREFIX + "CONFIG")
     if config_file:
@@ -377,7 +490,14 @@ def load_settings(
         loc = [str(part) for part in first["loc"][:2]]
         name = ".".join(loc) if loc else "settings"
         source = sources.get(name) or sources.get(loc[0] if loc else "", "defaults")
-        raise ConfigError(f"invalid setting {name} (from {source}): {first['msg']}") from None
+        # The message of a ValueError our validators raise comes prefixed by pydantic.
+        message = first["msg"].removeprefix("Value error, ")
+        if name == "database" and first["type"] == "string_pattern_mismatch":
+            message = (
+                "expected sqlite:///relative/path, sqlite:////absolute/path or "
+                "postgresql://user@host/db" + _database_hint(given.values.get("database"))
+            )
+        raise ConfigError(f"invalid setting {name} (from {source}): {message}") from None
     if settings.replay_retention <= 2 * settings.sweep_interval:
         raise ConfigError(
             f"invalid setting replay_retention (from {sources.get('replay_retention', 'defaults')})"
@@ -417,7 +537,8 @@ def _read_toml(path: str) -> dict[str, Any]:
             flat[key] = value
     for name in flat:
         if name not in known and name not in DEPRECATED:
-            raise ConfigError(f"unknown setting {name!r} in config file {path}")
+            hint = did_you_mean(name, [*known, *DEPRECATED])
+            raise ConfigError(f"unknown setting {name!r} in config file {path}{hint}")
     return flat
 
 

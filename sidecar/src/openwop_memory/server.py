@@ -214,6 +214,8 @@ def check_socket_path(path: str) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         return
+    except OSError as exc:  # a file where a directory of the path should be, a loop, ...
+        raise StartupError(f"cannot use the socket path {path}: {exc.strerror}") from None
     if not stat.S_ISSOCK(st.st_mode):
         raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
