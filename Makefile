@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 VAR    := var
 
-.PHONY: run test lint typecheck unit bench soak clean lock image
+.PHONY: run test lint typecheck unit bench soak dist clean lock image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,5 +79,13 @@ ENGINE ?= docker
 image:
 	$(ENGINE) build --tag $(IMAGE) .
 
+# The sdists and wheels of both distributions, in dist/ (the client's is what a worker in
+# another project installs). Built without isolation, from .venv's setuptools: no download.
+dist: $(TSTAMP)
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist client
+	$(BIN)/python -m build --no-isolation --outdir dist sidecar
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(VAR)
+	rm -rf $(VENV) $(VAR) dist
