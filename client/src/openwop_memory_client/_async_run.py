@@ -205,7 +205,7 @@ class AsyncMemoryRun:
         """Entries of the scope in the run's snapshot, unexpired, newest first.
 
         :param limit: at most this many entries; omitted or 0 means the sidecar's default
-            (``maxListLimit`` in ``host.capabilities`` caps it).
+            (100), and more than its maximum (1000) means the maximum.
         :param tag: only entries carrying this tag.
         :param options: the same options as a :class:`MemoryListOptions` or a mapping
             ``{limit?, tag?}`` (the earlier form; not together with the keywords).
