@@ -275,3 +275,17 @@ def test_blocking_methods_carry_their_own_docstrings(cls: type[object]) -> None:
             continue
         assert doc and not doc.startswith("See "), f"{cls.__name__}.{name}: {doc!r}"
     assert "ttl" in (MemoryRun.put.__doc__ or "")
+
+
+def test_the_client_names_fields_as_the_sidecar_does() -> None:
+    from openwop_memory.wire.dispatch import field_path as sidecar_spelling
+    from openwop_memory_client._convert import field_path as client_spelling
+
+    for loc in [(), ("entry",), ("entry", "tags", 1), ("secrets", 0, "value"), ("x",) * 300]:
+        assert client_spelling(loc) == sidecar_spelling(loc)
+
+
+def test_the_sidecar_drops_pydantics_prefix_too(client: MemoryClient) -> None:
+    with pytest.raises(MemoryValidationError) as err:
+        client.call("memory.issueRef", tenant="t", agent=None)
+    assert str(err.value) == "agent: null is not allowed; omit the field instead"

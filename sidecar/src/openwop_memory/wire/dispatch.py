@@ -121,7 +121,9 @@ def validation_error_from(exc: pydantic.ValidationError) -> ValidationError:
     """
     first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
     field = field_path(first["loc"])
-    return ValidationError(f"{field}: {first['msg']}", {"field": field})
+    # Pydantic prefixes the message of a ValueError our validators raise; it says nothing.
+    message = first["msg"].removeprefix("Value error, ")
+    return ValidationError(f"{field}: {message}", {"field": field})
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
