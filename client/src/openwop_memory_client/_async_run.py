@@ -79,7 +79,7 @@ class AsyncMemoryRun:
         self._secrets = secrets_to_wire(secrets)
         # How RunNotOpenError tells the caller to open the run; the blocking MemoryRun
         # that wraps this object sets it to "with".
-        self.block_hint = "async with"
+        self._block_hint = "async with"
         self._begun: RunBeginResult | None = None
         self._open = False
         # Bumped by each re-begin, so that calls failing together re-begin only once.
@@ -94,7 +94,7 @@ class AsyncMemoryRun:
 
     @property
     def snapshot_at(self) -> str:
-        """The snapshot's time (RFC 3339). :raises RuntimeError: the run has not begun."""
+        """The snapshot's time (RFC 3339). :raises RunNotOpenError: the run has not begun."""
         return self._result().snapshotAt
 
     @property
@@ -103,24 +103,24 @@ class AsyncMemoryRun:
 
         (A ``run.begin`` re-sent after a dropped connection may report True for a new run.)
 
-        :raises RuntimeError: the run has not begun.
+        :raises RunNotOpenError: the run has not begun.
         """
         return self._result().resumed
 
     def _result(self) -> RunBeginResult:
-        if self._begun is None:
-            raise RunNotOpenError(self._not_open_message("has not begun"))
+        self._check_begun()
+        assert self._begun is not None
         return self._begun
 
     def _not_open_message(self, state: str) -> str:
-        # The blocking MemoryRun wraps this object and says `with` instead.
         return (
             f"run {self.run_id!r} {state}: use it inside"
-            f" `{self.block_hint} client.run(...) as run:`"
+            f" `{self._block_hint} client.run(...) as run:`"
         )
 
     def _check_begun(self) -> None:
-        """:raises RunNotOpenError: the run was never begun (nothing would find it)."""
+        """:raises RunNotOpenError: this object never began its run (its ``with`` block
+        was never entered): caught here rather than answered ``unknown run`` later."""
         if self._begun is None:
             raise RunNotOpenError(self._not_open_message("has not begun"))
 
@@ -137,10 +137,10 @@ class AsyncMemoryRun:
 
         :raises ForbiddenError: the run id belongs to another tenant.
         :raises ReplaySnapshotUnavailableError: ``replay`` and the snapshot is gone.
-        :raises ValidationError: a secret or name is malformed (named by field, never echoed).
+        :raises MemoryValidationError: a secret or name is malformed (by field, never echoed).
         """
         if self._open:
-            raise RunNotOpenError(f"run {self.run_id!r} is already open; enter it once")
+            raise RuntimeError("this run is already open")
         self._begun = await self._begin(replay=self.replay)
         self._open = True
         return self

@@ -162,7 +162,7 @@ class MemoryClient:
         :raises MemoryValidationError: ``secrets`` is neither form.
         """
         run = self._async.run(run_id, tenant, secrets, replay=replay)
-        run.block_hint = "with"
+        run._block_hint = "with"
         return MemoryRun(self, run)
 
 
