@@ -328,8 +328,10 @@ def _new_sqlite_file(database: str) -> str | None:
 
 def _remove_database(path: str) -> None:
     # SQLite's companions too: a WAL database leaves -wal and -shm beside the file.
+    # Best effort: a path that never became a file (its directory could not be made)
+    # fails here too, and the start's own error is the one to report.
     for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(name)
 
 
