@@ -187,7 +187,10 @@ def _serve_main(argv: list[str]) -> int:
     )
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{serve,health,metrics}", title="commands"
+        dest="command",
+        required=True,
+        metavar="{serve,health,metrics,inspect,backup}",
+        title="commands",
     )
     serve = sub.add_parser(
         "serve",
@@ -280,7 +283,7 @@ def _metavar(name: str, field: Any) -> str:
     if is_duration(field):
         return "DURATION"
     special = {"socket": "PATH", "secrets_dir": "DIR", "database": "URL"}
-    special |= {"socket_mode": "MODE", "tenant_binding": "JSON"}
+    special |= {"socket_mode": "MODE", "tenant_binding": "JSON", "metrics_address": "HOST:PORT"}
     if name in special:
         return special[name]
     return "N" if field.annotation is int else name.rpartition(".")[2].upper()
