@@ -184,3 +184,16 @@ def test_backup_on_postgresql_says_what_to_use_instead(workdir: Path) -> None:
     assert out.returncode == 1
     assert "pg_dump" in out.stderr
     assert not (workdir / "copy.db").exists()
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "command", [["inspect", "runs"], ["inspect", "run"], ["inspect", "scopes"], ["backup"]]
+)
+def test_every_admin_command_says_where_it_looks_and_how_it_exits(command: list[str]) -> None:
+    out = subprocess.run(
+        [EXE, *command, "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0
+    for needle in ("OPENWOP_MEMORY_ADMIN_SOCKET", "[default: 60s]", "exit codes:", "2  nothing"):
+        assert needle in out.stdout, (needle, out.stdout)

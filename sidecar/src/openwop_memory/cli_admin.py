@@ -56,28 +56,64 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+_EPILOG = """\
+The admin socket is looked for in this order: --admin-socket, OPENWOP_MEMORY_ADMIN_SOCKET,
+the admin_socket of the TOML file given by --config or OPENWOP_MEMORY_CONFIG. The sidecar
+must have been started with admin_socket set.
+
+exit codes:
+  0  done
+  1  the sidecar answered with an error (printed on stderr)
+  2  nothing answered, or no admin socket is known
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--admin-socket", help="the admin socket (OPENWOP_MEMORY_ADMIN_SOCKET)")
-    common.add_argument("--config", help="TOML file to read admin_socket from")
-    common.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
+    common.add_argument(
+        "--admin-socket",
+        metavar="PATH",
+        help="the sidecar's admin socket [env: OPENWOP_MEMORY_ADMIN_SOCKET; default: see below]",
+    )
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file to read admin_socket from [env: OPENWOP_MEMORY_CONFIG]",
+    )
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for the answer [default: 60s]",
+    )
     common.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+    def command(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str, text: str
+    ) -> argparse.ArgumentParser:
+        return parent.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            description=text[0].upper() + text[1:] + ".",
+            epilog=_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
     parser = argparse.ArgumentParser(prog="openwop-memory")
     sub = parser.add_subparsers(dest="command", required=True)
     inspect = sub.add_parser("inspect", help="what runs saw, scopes, entries")
     what = inspect.add_subparsers(dest="what", required=True)
-    runs = what.add_parser("runs", parents=[common], help="stored runs, latest touched first")
-    runs.add_argument("--limit", type=int, default=100, help="at most this many (100)")
-    run = what.add_parser("run", parents=[common], help="what a run's snapshot sees")
-    run.add_argument("run_id")
-    scopes = what.add_parser("scopes", parents=[common], help="a tenant's scopes")
-    scopes.add_argument("tenant")
-    entry = what.add_parser("entry", parents=[common], help="one entry by id, any tenant")
-    entry.add_argument("entry_id")
-    backup = sub.add_parser(
-        "backup", parents=[common], help="a consistent copy of a SQLite database"
+    runs = command(what, "runs", "stored runs, the most recently touched first")
+    runs.add_argument(
+        "--limit", type=int, default=100, metavar="N", help="at most N runs [default: 100]"
     )
-    backup.add_argument("dest", help="the new file (an absolute path on the sidecar's host)")
+    command(what, "run", "what a run's snapshot sees, scope by scope").add_argument("run_id")
+    command(what, "scopes", "a tenant's scopes and their live entries").add_argument("tenant")
+    command(what, "entry", "one entry by id, whatever its tenant").add_argument("entry_id")
+    backup = command(sub, "backup", "a consistent, checked copy of a running SQLite database")
+    backup.add_argument("dest", help="the new file: a path on the sidecar's host")
     return parser
 
 
