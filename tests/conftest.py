@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 from support import backends
-from support.sidecar import RawClient, Sidecar, module_sidecar
+from support.sidecar import (
+    RawClient,
+    Sidecar,
+    inherited_settings,
+    module_sidecar,
+    socket_workdir,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,10 +69,27 @@ def anyio_backend() -> str:
     return "asyncio"  # aiosqlite is asyncio-only
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_environment() -> Iterator[None]:
+    """Every test, and every process it starts, runs without the ``OPENWOP_MEMORY_*`` settings
+    or the systemd ``NOTIFY_SOCKET`` of the shell pytest was started from (restored at the end).
+
+    Session-wide, so that sidecars of module-scoped fixtures start without them too. A test
+    that wants one sets it itself: ``Sidecar(..., env=...)`` or ``monkeypatch.setenv``.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        for name in inherited_settings(os.environ):
+            patch.delenv(name)
+        yield
+
+
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    # Unix socket paths are limited to ~107 bytes; pytest's tmp paths can get close.
-    return tmp_path
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    """The test's directory for sockets, databases and logs: ``tmp_path`` (kept by pytest for a
+    look after a failure) when a socket path under it fits the Unix limit of 107 bytes, else a
+    short directory in /tmp, removed after the test (see :func:`support.sidecar.socket_workdir`)."""
+    with socket_workdir(tmp_path) as path:
+        yield path
 
 
 @pytest.fixture
@@ -99,15 +122,3 @@ def client(shared_sidecar: Sidecar) -> Iterator[RawClient]:
     """A plain connection of its own to the module's ``shared_sidecar``."""
     with shared_sidecar.client() as c:
         yield c
-
-
-@pytest.fixture
-def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings (``OPENWOP_MEMORY_*``) or a systemd ``NOTIFY_SOCKET`` inherited from the
-    caller are removed for the test, so they cannot leak into a sidecar it starts.
-
-    Modules opt in with ``pytestmark = pytest.mark.usefixtures("isolated_environment")``.
-    """
-    for name in list(os.environ):
-        if name.startswith("OPENWOP_MEMORY_") or name == "NOTIFY_SOCKET":
-            monkeypatch.delenv(name)

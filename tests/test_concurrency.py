@@ -16,15 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from support.polling import wait_for
 from support.sidecar import RawClient, RpcError, Sidecar
 
 TENANT = "tenant-concurrent"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-
-
-pytestmark = pytest.mark.usefixtures("isolated_environment")
 
 
 def issue_refs(client: RawClient, count: int) -> list[str]:

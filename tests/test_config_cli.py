@@ -37,9 +37,6 @@ TENANT = "tenant-config"
 SECRET = "config-test-secret-value"
 
 
-pytestmark = pytest.mark.usefixtures("isolated_environment")
-
-
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:

@@ -24,9 +24,6 @@ from support.sidecar import RawClient, Sidecar
 TENANT = "tenant-durable"
 
 
-pytestmark = pytest.mark.usefixtures("isolated_environment")
-
-
 def sqlite_file_state(path: Path) -> tuple[list[str], str]:
     """``PRAGMA integrity_check`` rows and ``journal_mode`` of a database no process has open."""
     with contextlib.closing(sqlite3.connect(path)) as conn:

@@ -29,8 +29,6 @@ from openwop_memory.storage.base import Snapshot
 from openwop_memory_client import RateLimitedError
 from support.sidecar import RawClient, Sidecar
 
-pytestmark = pytest.mark.usefixtures("isolated_environment")
-
 # Distinct, letter-and-digit values: each compiles to a keyring of a known estimate.
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 

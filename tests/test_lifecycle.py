@@ -27,9 +27,6 @@ from support.sidecar import EXE, RawClient, Sidecar
 TENANT = "tenant-lifecycle"
 
 
-pytestmark = pytest.mark.usefixtures("isolated_environment")
-
-
 def serve_to_exit(
     socket_path: Path, database: str, *args: str, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:

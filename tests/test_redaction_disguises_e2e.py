@@ -35,8 +35,6 @@ from support.disguises import (
 from support.schemas import check_entry, check_envelope
 from support.sidecar import RawClient, RpcError, Sidecar
 
-pytestmark = pytest.mark.usefixtures("isolated_environment")
-
 TENANT = "t-disguise"
 REF = "notes"
 # One key with a public prefix, one of hex digits only, one non-ASCII.

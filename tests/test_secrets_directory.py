@@ -29,8 +29,6 @@ from openwop_memory.service.secrets_directory import (
 from support.polling import eventually, wait_for
 from support.sidecar import RawClient, Sidecar
 
-pytestmark = pytest.mark.usefixtures("isolated_environment")
-
 HOST_VALUE = "Qz7XjVk3Wq9Jx"
 ACME_VALUE = "Rb4YmTn8Lp2Gd"
 GLOBEX_VALUE = "Hc6FsWd5Nv1Kz"

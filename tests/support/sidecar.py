@@ -13,8 +13,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -25,6 +26,44 @@ if TYPE_CHECKING:
     import pytest
 
 EXE = shutil.which("openwop-memory", path=os.path.dirname(sys.executable)) or "openwop-memory"
+
+# Linux's ``sun_path`` holds 108 bytes with the terminating NUL: a socket path of more is refused.
+SOCKET_PATH_MAX = 107
+# Room a work directory leaves for the socket names tests put in it (``var/openwop-memory.sock``).
+SOCKET_NAME_ROOM = 32
+
+
+def inherited_settings(environ: Mapping[str, str]) -> list[str]:
+    """The names in ``environ`` a sidecar would read as its own: ``OPENWOP_MEMORY_*`` settings
+    and systemd's ``NOTIFY_SOCKET``. Tests run without them unless they set one themselves."""
+    return [n for n in environ if n.startswith("OPENWOP_MEMORY_") or n == "NOTIFY_SOCKET"]
+
+
+def check_socket_path(path: Path) -> Path:
+    """``path``, if a Unix socket can be bound there; ValueError naming the limit otherwise."""
+    size = len(os.fsencode(path))
+    if size > SOCKET_PATH_MAX:
+        raise ValueError(
+            f"the socket path {path} is {size} bytes, over the {SOCKET_PATH_MAX} bytes a Unix "
+            "socket path may have; run pytest with a shorter --basetemp (or TMPDIR)"
+        )
+    return path
+
+
+@contextmanager
+def socket_workdir(preferred: Path, short_base: Path = Path("/tmp")) -> Iterator[Path]:
+    """A work directory with room for a socket name of :data:`SOCKET_NAME_ROOM` bytes:
+    ``preferred`` if it has that room, else a fresh directory in ``short_base``, removed on
+    exit. ValueError if neither has room."""
+    if len(os.fsencode(preferred)) + 1 + SOCKET_NAME_ROOM <= SOCKET_PATH_MAX:
+        yield preferred
+        return
+    short = Path(tempfile.mkdtemp(prefix="owm-", dir=short_base))
+    try:
+        check_socket_path(short / ("s" * SOCKET_NAME_ROOM))
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 class RpcError(Exception):
@@ -123,7 +162,7 @@ class Sidecar:
     ) -> None:
         self.workdir = workdir
         self.backend = backend or selected()
-        self.socket = socket_path or workdir / "memory.sock"
+        self.socket = check_socket_path(socket_path or workdir / "memory.sock")
         self.database = database or workdir / "memory.db"
         self.log_path = workdir / f"sidecar-{os.getpid()}-{time.monotonic_ns()}.log"
         self.args = list(args)
@@ -210,11 +249,9 @@ def module_sidecar(factory: pytest.TempPathFactory, name: str, *args: str) -> It
     """A running sidecar (``serve`` with ``args``) in a fresh directory of ``factory`` named
     after ``name``, stopped on exit; for fixtures shared by a whole module.
 
-    The directory is checked to be short enough for a Unix socket path (max ~107 bytes).
+    The socket is in a directory short enough for a Unix socket path (see :func:`socket_workdir`).
     """
-    workdir = factory.mktemp(name)
-    assert len(str(workdir / "memory.sock")) < 100, workdir
-    with Sidecar(workdir, *args) as sidecar:
+    with socket_workdir(factory.mktemp(name)) as workdir, Sidecar(workdir, *args) as sidecar:
         yield sidecar
 
 
