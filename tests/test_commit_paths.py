@@ -10,8 +10,6 @@ or holds it (no timing is asserted).
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -20,43 +18,20 @@ from pathlib import Path
 import anyio
 import pytest
 from openwop_memory.storage import sqlite_writer
-from openwop_memory.storage.base import EntryRow, PutOutcome, PutRequest, Scope, Snapshot
+from openwop_memory.storage.base import EntryRow, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.timefmt import now_us
 from support.sqlite_store import opened
+from support.store import fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
 
 A = Scope("tenant-a", "scope-a")
-NOW = 1_800_000_000_000_000
-DAY_US = 86_400 * 1_000_000
-
-
-def request(content: str) -> PutRequest:
-    return PutRequest(A, content, ("t1",), None, None, hashlib.sha256(content.encode()).digest())
-
-
-async def stored(store: SqliteStorage, content: str) -> EntryRow:
-    result = await store.put(request=request(content), now_us=NOW)
-    assert result.outcome is PutOutcome.STORED, result
-    assert result.entry is not None
-    return result.entry
-
-
-async def snapshot(store: SqliteStorage) -> Snapshot:
-    result = await store.begin_run(
-        run_id=f"run-{os.urandom(4).hex()}",
-        tenant=A.tenant,
-        replay=False,
-        now_us=NOW,
-        retention_cutoff_us=NOW - DAY_US,
-    )
-    assert result.run is not None
-    return result.run.snapshot
 
 
 async def read(store: SqliteStorage, snap: Snapshot, entry: EntryRow) -> EntryRow | None:
     """A get of ``entry`` in ``snap``: answered on the loop (a point read), no write."""
-    return await store.get(scope=A, snapshot=snap, now_us=NOW, entry_id=entry.id)
+    return await store.get(scope=A, snapshot=snap, now_us=now_us(), entry_id=entry.id)
 
 
 class Threads:
@@ -97,12 +72,12 @@ async def test_puts_commit_on_the_loop_and_other_writes_on_the_writer_thread(
     loop = threading.get_ident()
     async with opened(tmp_path / "memory.db") as store:
         store._writer.before_statement = threads
-        entry = await stored(store, "on the loop")
+        entry = await stored(store, put_request(A, "on the loop"))
         assert threads.of("begin") == [loop]
         threads.seen.clear()
-        await store.touch_runs(run_ids=["r1"], now_us=NOW)  # may touch many rows
+        await store.touch_runs(run_ids=["r1"], now_us=now_us())  # may touch many rows
         assert threads.of("begin") == [store._writer._thread.ident]
-        assert await read(store, await snapshot(store), entry) == entry
+        assert await read(store, await fresh_snapshot(store, A.tenant), entry) == entry
 
 
 async def test_with_synchronous_full_every_commit_is_on_the_writer_thread(
@@ -110,9 +85,9 @@ async def test_with_synchronous_full_every_commit_is_on_the_writer_thread(
 ) -> None:
     async with opened(tmp_path / "memory.db", synchronous="FULL") as store:
         store._writer.before_statement = threads
-        entry = await stored(store, "fsynced")
+        entry = await stored(store, put_request(A, "fsynced"))
         assert threads.of("begin") == [store._writer._thread.ident]
-        assert await read(store, await snapshot(store), entry) == entry
+        assert await read(store, await fresh_snapshot(store, A.tenant), entry) == entry
 
 
 async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(
@@ -124,14 +99,14 @@ async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(
     path = tmp_path / "memory.db"
     loop = threading.get_ident()
     async with opened(path) as store:
-        first = await stored(store, "before")
-        snap = await snapshot(store)
+        first = await stored(store, put_request(A, "before"))
+        snap = await fresh_snapshot(store, A.tenant)
         store._writer.before_statement = threads
         blocker = sqlite3.connect(path, isolation_level=None)
         try:
             blocker.execute("BEGIN IMMEDIATE")
             async with anyio.create_task_group() as tg:
-                tg.start_soon(stored, store, "waited")
+                tg.start_soon(stored, store, put_request(A, "waited"))
                 await until(lambda: store._writer._thread.ident in threads.of("begin"))
                 assert threads.of("begin")[0] == loop
                 assert await read(store, snap, first) == first
@@ -140,8 +115,8 @@ async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(
         finally:
             blocker.close()
         assert threads.of("commit") == [store._writer._thread.ident]
-        snap = await snapshot(store)
-        rows = await store.list(scope=A, snapshot=snap, now_us=NOW, limit=10, tag=None)
+        snap = await fresh_snapshot(store, A.tenant)
+        rows = await store.list(scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None)
         assert [row.content for row in rows] == ["waited", "before"]
 
 
@@ -166,13 +141,13 @@ async def test_a_slow_commit_sends_commits_off_the_loop_for_a_while(
             release.wait(10)
 
     async with opened(tmp_path / "memory.db") as store:
-        first = await stored(store, "first")
-        snap = await snapshot(store)
+        first = await stored(store, put_request(A, "first"))
+        snap = await fresh_snapshot(store, A.tenant)
         threads.also = slow_disk
         store._writer.before_statement = threads
-        await stored(store, "slow on the loop")
+        await stored(store, put_request(A, "slow on the loop"))
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stored, store, "slow on the thread")
+            tg.start_soon(stored, store, put_request(A, "slow on the thread"))
             await until(held.is_set)
             assert await read(store, snap, first) == first  # answered while the commit hangs
             release.set()
@@ -180,7 +155,7 @@ async def test_a_slow_commit_sends_commits_off_the_loop_for_a_while(
         threads.also = None
         threads.seen.clear()
         await anyio.sleep(0.25)
-        await stored(store, "back on the loop")
+        await stored(store, put_request(A, "back on the loop"))
         assert threads.of("commit") == [loop]
 
 
@@ -198,7 +173,7 @@ async def test_checkpoints_run_on_their_own_thread_and_empty_the_wal(
         writer.before_statement = threads
         with anyio.fail_after(10):
             while not threads.of("checkpoint"):
-                await stored(store, "x" * 2000)
+                await stored(store, put_request(A, "x" * 2000))
         await until(lambda: not writer._checkpointing)
         [checkpointer] = threads.of("checkpoint")
         assert checkpointer not in (threading.get_ident(), writer._thread.ident)
@@ -222,24 +197,24 @@ async def test_reads_and_writes_go_on_while_a_checkpoint_runs(
 
     async with opened(path, checkpoint_bytes=64 << 10) as store:
         writer = store._writer
-        first = await stored(store, "first")
-        snap = await snapshot(store)
+        first = await stored(store, put_request(A, "first"))
+        snap = await fresh_snapshot(store, A.tenant)
         threads.also = slow_checkpoint
         writer.before_statement = threads
         with anyio.fail_after(10):
             while not held.is_set():
-                await stored(store, "x" * 2000)
+                await stored(store, put_request(A, "x" * 2000))
         threads.seen.clear()
-        during = [await stored(store, f"during {n}") for n in range(3)]
+        during = [await stored(store, put_request(A, f"during {n}")) for n in range(3)]
         assert await read(store, snap, first) == first
         assert loop not in threads.of("commit")
         release.set()
         await until(lambda: not writer._checkpointing)
         assert wal_bytes(path) == 0
         threads.seen.clear()
-        await stored(store, "after")
+        await stored(store, put_request(A, "after"))
         assert threads.of("commit") == [loop]
-        snap = await snapshot(store)
+        snap = await fresh_snapshot(store, A.tenant)
         assert [await read(store, snap, entry) for entry in during] == during
 
 
@@ -251,32 +226,32 @@ async def test_a_reader_pinning_the_wal_holds_writes_up_only_briefly(tmp_path: P
     step = 64 << 10
     async with opened(path, checkpoint_bytes=step) as store:
         writer = store._writer
-        first = await stored(store, "first")
+        first = await stored(store, put_request(A, "first"))
         reader = sqlite3.connect(path, isolation_level=None)
         try:
             reader.execute("BEGIN")
             reader.execute("SELECT count(*) FROM entries").fetchall()
             with anyio.fail_after(3):  # each put is answered: none waits the busy timeout
                 while writer._checkpoint_at == step:
-                    await stored(store, "x" * 2000)
+                    await stored(store, put_request(A, "x" * 2000))
                     await until(lambda: not writer._checkpointing)
             assert wal_bytes(path) >= step  # not emptied
         finally:
             reader.close()
         with anyio.fail_after(10):
             while writer._checkpoint_at != step:
-                await stored(store, "x" * 2000)
+                await stored(store, put_request(A, "x" * 2000))
                 await until(lambda: not writer._checkpointing)
         assert wal_bytes(path) < step
-        assert await read(store, await snapshot(store), first) == first
+        assert await read(store, await fresh_snapshot(store, A.tenant), first) == first
 
 
 async def test_a_cancelled_caller_does_not_undo_its_write(tmp_path: Path) -> None:
     """Cancelling a put's caller cancels its wait, not the write: the batch commits whole."""
     async with opened(tmp_path / "memory.db") as store:
         with anyio.move_on_after(0):
-            await stored(store, "cancelled caller")
+            await stored(store, put_request(A, "cancelled caller"))
         await until(lambda: not store._writer._pending)
-        snap = await snapshot(store)
-        rows = await store.list(scope=A, snapshot=snap, now_us=NOW, limit=10, tag=None)
+        snap = await fresh_snapshot(store, A.tenant)
+        rows = await store.list(scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None)
         assert [row.content for row in rows] == ["cancelled caller"]

@@ -23,6 +23,7 @@ from support.names import uid
 from support.polling import wait_for
 from support.postgres import PgBouncer, PostgresServer
 from support.sidecar import EXE, RawClient, RpcError, Sidecar
+from support.store import put_request
 
 pytestmark = pytest.mark.backend_independent
 
@@ -443,7 +444,7 @@ async def test_a_sidecar_with_a_skewed_clock_judges_time_by_the_database(
     """This host's clock an hour fast: the store's clock (what expiry and retention are
     judged by) is still the database's, and createdAt too."""
     import openwop_memory.storage.postgresql as backend
-    from openwop_memory.storage.base import PutOutcome, PutRequest, Scope
+    from openwop_memory.storage.base import PutOutcome, Scope
     from openwop_memory.timefmt import now_us
 
     hour = 3600 * 1_000_000
@@ -452,7 +453,7 @@ async def test_a_sidecar_with_a_skewed_clock_judges_time_by_the_database(
     await store.open()
     try:
         assert abs(store.clock_us() - now_us()) < 1_000_000
-        request = PutRequest(Scope("t", "s"), "x", (), None, None, b"d" * 32)
+        request = put_request(Scope("t", "s"), "x")
         result = await store.put(request=request, now_us=store.clock_us())
         assert result.outcome is PutOutcome.STORED and result.entry is not None
         assert abs(result.entry.created_us - now_us()) < 1_000_000

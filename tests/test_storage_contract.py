@@ -8,7 +8,6 @@ passed explicitly (µs); only createdAt comes from the store's clock.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,10 +17,7 @@ import pytest
 from openwop_memory.domain import NotNow, SweepHorizons
 from openwop_memory.storage.base import (
     BeginOutcome,
-    EntryRow,
     PutOutcome,
-    PutRequest,
-    RunRecord,
     Scope,
     Snapshot,
     Storage,
@@ -30,12 +26,10 @@ from openwop_memory.storage.base import (
 from openwop_memory.timefmt import now_us
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 from support.backends import BACKENDS, Backend
+from support.store import DAY, RETENTION, SECOND, begun, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 
-SECOND = 1_000_000
-DAY = 86_400 * SECOND
-RETENTION = 7 * DAY
 A = Scope("tenant-a", "scope-1")
 A2 = Scope("tenant-a", "scope-2")
 B = Scope("tenant-b", "scope-1")  # the same key under another tenant
@@ -54,38 +48,6 @@ async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Storage]:
         yield storage
     finally:
         await storage.close()
-
-
-def request(
-    scope: Scope,
-    content: str,
-    *,
-    tags: tuple[str, ...] = (),
-    expires_us: int | None = None,
-    key: str | None = None,
-) -> PutRequest:
-    digest = hashlib.sha256(repr((content, tags, expires_us)).encode()).digest()
-    return PutRequest(scope, content, tags, expires_us, key, digest)
-
-
-async def stored(store: Storage, req: PutRequest, now: int | None = None) -> EntryRow:
-    result = await store.put(request=req, now_us=now_us() if now is None else now)
-    assert result.outcome is PutOutcome.STORED and result.entry is not None, result
-    return result.entry
-
-
-async def begun(store: Storage, run_id: str, tenant: str = "tenant-a", **kw: int) -> RunRecord:
-    now = kw.get("now", now_us())
-    result = await store.begin_run(
-        run_id=run_id,
-        tenant=tenant,
-        replay=False,
-        now_us=now,
-        retention_cutoff_us=now - RETENTION,
-    )
-    assert result.outcome in (BeginOutcome.CREATED, BeginOutcome.RESUMED), result
-    assert result.run is not None
-    return result.run
 
 
 async def ids(
@@ -145,7 +107,7 @@ async def test_a_closed_store_fails_only_with_upstream_unavailable(
         ),
         lambda: store.find_run(run_id="r", retention_cutoff_us=0),
         lambda: store.touch_runs(run_ids=["r"], now_us=1),
-        lambda: store.put(request=request(A, "x"), now_us=1),
+        lambda: store.put(request=put_request(A, "x"), now_us=1),
         lambda: store.delete(scope=A, entry_id="mem_x", now_us=1),
         lambda: store.list(scope=A, snapshot=snapshot, now_us=1, limit=1, tag=None),
         lambda: store.get(scope=A, snapshot=snapshot, now_us=1, entry_id="mem_x"),
@@ -160,7 +122,7 @@ async def test_a_closed_store_fails_only_with_upstream_unavailable(
 
 
 async def test_health_is_a_content_free_record(store: Storage, backend: Backend) -> None:
-    await stored(store, request(A, "private content", tags=("private-tag",)))
+    await stored(store, put_request(A, "private content", tags=("private-tag",)))
     health = await store.health()
     assert isinstance(health, StorageHealth)
     assert health.backend == backend.name
@@ -182,7 +144,7 @@ async def test_begin_creates_then_resumes_the_same_snapshot(store: Storage) -> N
     )
     assert first.outcome is BeginOutcome.CREATED and first.run is not None
     assert (first.run.run_id, first.run.tenant) == ("run-1", "tenant-a")
-    await stored(store, request(A, "after the snapshot"))
+    await stored(store, put_request(A, "after the snapshot"))
     for replay in (False, True):
         again = await store.begin_run(
             run_id="run-1", tenant="tenant-a", replay=replay, now_us=now + 1, retention_cutoff_us=0
@@ -219,7 +181,7 @@ async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_sn
 ) -> None:
     t0 = now_us()
     old = await begun(store, "run-old", now=t0)
-    entry = await stored(store, request(A, "between the snapshots"))
+    entry = await stored(store, put_request(A, "between the snapshots"))
     later = t0 + RETENTION + DAY
     # The cutoff is the service's: a run touched at or before it is past retention.
     for cutoff in (t0, t0 + 1):
@@ -265,9 +227,9 @@ async def test_touch_runs_keeps_snapshots_retained(store: Storage) -> None:
 async def test_snapshot_time_separates_the_entries_it_holds_from_later_ones(
     store: Storage,
 ) -> None:
-    before = await stored(store, request(A, "before"))
+    before = await stored(store, put_request(A, "before"))
     run = await begun(store, "run-time")
-    after = await stored(store, request(A, "after"))
+    after = await stored(store, put_request(A, "after"))
     assert before.created_us <= run.snapshot_us <= after.created_us
 
 
@@ -276,7 +238,7 @@ async def test_snapshot_time_separates_the_entries_it_holds_from_later_ones(
 
 async def test_put_stores_and_get_reads_back(store: Storage) -> None:
     expires = now_us() + DAY
-    entry = await stored(store, request(A, "hello", tags=("x", "y"), expires_us=expires))
+    entry = await stored(store, put_request(A, "hello", tags=("x", "y"), expires_us=expires))
     assert re.fullmatch(r"mem_[0-9a-f]{33}", entry.id)
     assert int(entry.id[4:17], 16) == entry.created_us
     assert (entry.content, entry.tags, entry.expires_us) == ("hello", ("x", "y"), expires)
@@ -295,10 +257,10 @@ async def test_put_stores_and_get_reads_back(store: Storage) -> None:
 
 
 async def test_created_at_never_goes_backwards_in_commit_order(store: Storage) -> None:
-    entries = [await stored(store, request(A, f"n{i}")) for i in range(20)]
+    entries = [await stored(store, put_request(A, f"n{i}")) for i in range(20)]
     async with anyio.create_task_group() as tg:  # and in one group commit
         for i in range(20):
-            tg.start_soon(stored, store, request(A, f"c{i}"))
+            tg.start_soon(stored, store, put_request(A, f"c{i}"))
     run = await begun(store, "run-order")
     rows = await store.list(scope=A, snapshot=run.snapshot, now_us=now_us(), limit=100, tag=None)
     assert len(rows) == 40 and len({r.id for r in rows}) == 40
@@ -308,10 +270,10 @@ async def test_created_at_never_goes_backwards_in_commit_order(store: Storage) -
 
 
 async def test_list_is_newest_first_limited_filtered_and_scoped(store: Storage) -> None:
-    tagged = [await stored(store, request(A, f"t{i}", tags=("keep",))) for i in range(3)]
-    plain = await stored(store, request(A, "plain", tags=("other",)))
-    await stored(store, request(A2, "elsewhere", tags=("keep",)))
-    await stored(store, request(B, "other tenant", tags=("keep",)))
+    tagged = [await stored(store, put_request(A, f"t{i}", tags=("keep",))) for i in range(3)]
+    plain = await stored(store, put_request(A, "plain", tags=("other",)))
+    await stored(store, put_request(A2, "elsewhere", tags=("keep",)))
+    await stored(store, put_request(B, "other tenant", tags=("keep",)))
     run = await begun(store, "run-list")
     everything = [plain.id, *(e.id for e in reversed(tagged))]
     assert await ids(store, A, run.snapshot) == everything
@@ -323,10 +285,10 @@ async def test_list_is_newest_first_limited_filtered_and_scoped(store: Storage) 
 
 
 async def test_a_snapshot_sees_neither_later_writes_nor_later_deletes(store: Storage) -> None:
-    kept = await stored(store, request(A, "kept", tags=("t",)))
-    doomed = await stored(store, request(A, "doomed", tags=("t",)))
+    kept = await stored(store, put_request(A, "kept", tags=("t",)))
+    doomed = await stored(store, put_request(A, "doomed", tags=("t",)))
     old = await begun(store, "run-old-view")
-    newer = await stored(store, request(A, "newer", tags=("t",)))
+    newer = await stored(store, put_request(A, "newer", tags=("t",)))
     assert await store.delete(scope=A, entry_id=doomed.id, now_us=now_us()) is True
     new = await begun(store, "run-new-view")
     for tag in (None, "t"):
@@ -346,7 +308,7 @@ async def test_a_snapshot_sees_neither_later_writes_nor_later_deletes(store: Sto
 
 async def test_expired_entries_are_invisible_at_the_time_of_the_read(store: Storage) -> None:
     t0 = now_us()
-    entry = await stored(store, request(A, "short-lived", expires_us=t0 + DAY))
+    entry = await stored(store, put_request(A, "short-lived", expires_us=t0 + DAY))
     run = await begun(store, "run-expiry")
     assert await ids(store, A, run.snapshot, now=t0 + DAY - 1) == [entry.id]
     assert await ids(store, A, run.snapshot, now=t0 + DAY) == []
@@ -357,8 +319,8 @@ async def test_expired_entries_are_invisible_at_the_time_of_the_read(store: Stor
 
 async def test_delete_tombstones_a_live_entry_of_its_scope_once(store: Storage) -> None:
     t0 = now_us()
-    entry = await stored(store, request(A, "to delete"))
-    short = await stored(store, request(A, "expired", expires_us=t0 + SECOND))
+    entry = await stored(store, put_request(A, "to delete"))
+    short = await stored(store, put_request(A, "expired", expires_us=t0 + SECOND))
     for scope in (A2, B):
         assert await store.delete(scope=scope, entry_id=entry.id, now_us=t0) is False
     assert await store.delete(scope=A, entry_id="mem_unknown", now_us=t0) is False
@@ -368,14 +330,14 @@ async def test_delete_tombstones_a_live_entry_of_its_scope_once(store: Storage) 
 
 
 async def test_idempotency_keys_replay_or_conflict_per_scope(store: Storage) -> None:
-    first = await stored(store, request(A, "once", key="k1"))
-    again = await store.put(request=request(A, "once", key="k1"), now_us=now_us())
+    first = await stored(store, put_request(A, "once", key="k1"))
+    again = await store.put(request=put_request(A, "once", key="k1"), now_us=now_us())
     assert again.outcome is PutOutcome.REPLAYED and again.entry == first
-    clash = await store.put(request=request(A, "different", key="k1"), now_us=now_us())
+    clash = await store.put(request=put_request(A, "different", key="k1"), now_us=now_us())
     assert clash.outcome is PutOutcome.KEY_CONFLICT and clash.entry is None
     # The key is the scope's own: another scope's same key stores anew.
     for scope in (A2, B):
-        assert (await stored(store, request(scope, "different", key="k1"))).id != first.id
+        assert (await stored(store, put_request(scope, "different", key="k1"))).id != first.id
     run = await begun(store, "run-keys")
     assert await ids(store, A, run.snapshot) == [first.id]  # the conflict wrote nothing
 
@@ -385,7 +347,7 @@ async def test_one_key_in_one_group_commit_stores_once(store: Storage) -> None:
     entries: set[str] = set()
 
     async def put_once() -> None:
-        result = await store.put(request=request(A, "raced", key="same"), now_us=now_us())
+        result = await store.put(request=put_request(A, "raced", key="same"), now_us=now_us())
         outcomes.append(result.outcome)
         assert result.entry is not None
         entries.add(result.entry.id)
@@ -401,7 +363,7 @@ async def test_a_kept_key_pins_its_entry_through_delete_expiry_and_sweep(
     store: Storage,
 ) -> None:
     t0 = now_us()
-    req = request(A, "pinned", expires_us=t0 + SECOND, key="pin")
+    req = put_request(A, "pinned", expires_us=t0 + SECOND, key="pin")
     entry = await stored(store, req, now=t0)
     assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
     horizons = SweepHorizons(
@@ -417,7 +379,7 @@ async def test_a_kept_key_pins_its_entry_through_delete_expiry_and_sweep(
     )
     assert counts.purged_idempotency_keys == 1
     assert counts.expired_entries + counts.purged_tombstones == 1
-    fresh = request(A, "pinned", expires_us=t0 + 2 * DAY, key="pin")
+    fresh = put_request(A, "pinned", expires_us=t0 + 2 * DAY, key="pin")
     assert (await stored(store, fresh, now=t0 + DAY)).id != entry.id
 
 
@@ -427,8 +389,8 @@ async def test_a_kept_key_pins_its_entry_through_delete_expiry_and_sweep(
 async def test_sweep_removes_expired_entries_in_batches(store: Storage) -> None:
     t0 = now_us()
     for i in range(5):
-        await stored(store, request(A, f"e{i}", expires_us=t0 + SECOND))
-    live = await stored(store, request(A, "live"))
+        await stored(store, put_request(A, f"e{i}", expires_us=t0 + SECOND))
+    live = await stored(store, put_request(A, "live"))
     counts = await store.sweep(horizons=SweepHorizons(t0 + SECOND, 0, 0, 0), batch_size=2)
     assert counts.expired_entries == 5 and counts.errors == []
     run = await begun(store, "run-after-sweep")
@@ -468,7 +430,7 @@ async def test_sweep_purges_a_tombstone_only_once_no_retained_snapshot_sees_it(
     store: Storage,
 ) -> None:
     t0 = now_us()
-    entry = await stored(store, request(A, "deleted later"))
+    entry = await stored(store, put_request(A, "deleted later"))
     old = await begun(store, "run-holding", now=t0)
     assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
     none_expire = SweepHorizons(t0, run_cutoff_us=0, marker_cutoff_us=0, key_cutoff_us=0)
@@ -495,11 +457,11 @@ async def test_clock_is_now(store: Storage) -> None:
 async def test_get_now_answers_as_get_does_or_not_now(store: Storage) -> None:
     """A backend may decline to read without waiting; when it answers, the answer is get's,
     snapshot, scope, deletion and expiry included."""
-    kept = await stored(store, request(A, "kept"))
-    doomed = await stored(store, request(A, "doomed"))
-    short = await stored(store, request(A, "short", expires_us=now_us() + DAY))
+    kept = await stored(store, put_request(A, "kept"))
+    doomed = await stored(store, put_request(A, "doomed"))
+    short = await stored(store, put_request(A, "short", expires_us=now_us() + DAY))
     old = await begun(store, "run-now-old")
-    newer = await stored(store, request(A, "newer"))
+    newer = await stored(store, put_request(A, "newer"))
     assert await store.delete(scope=A, entry_id=doomed.id, now_us=now_us()) is True
     new = await begun(store, "run-now-new")
     answered = 0
@@ -521,7 +483,7 @@ async def test_get_now_answers_as_get_does_or_not_now(store: Storage) -> None:
 
 async def test_gauges_report_sizes_and_commits(store: Storage, backend: Backend) -> None:
     for i in range(3):
-        await stored(store, request(A, f"gauged {i}"))
+        await stored(store, put_request(A, f"gauged {i}"))
     gauges = await store.gauges()
     assert gauges.database_bytes is not None and gauges.database_bytes > 0
     if backend.name == "sqlite":
@@ -533,10 +495,10 @@ async def test_gauges_report_sizes_and_commits(store: Storage, backend: Backend)
 
 
 async def test_the_operators_reads_cross_tenants_and_see_tombstones(store: Storage) -> None:
-    kept = await stored(store, request(A, "kept"))
-    gone = await stored(store, request(A, "gone"))
-    other = await stored(store, request(B, "other tenant"))
-    await stored(store, request(A2, "expired", expires_us=now_us() + SECOND))
+    kept = await stored(store, put_request(A, "kept"))
+    gone = await stored(store, put_request(A, "gone"))
+    other = await stored(store, put_request(B, "other tenant"))
+    await stored(store, put_request(A2, "expired", expires_us=now_us() + SECOND))
     assert await store.delete(scope=A, entry_id=gone.id, now_us=now_us()) is True
     await begun(store, "run-ops-a")
     await begun(store, "run-ops-b", tenant="tenant-b")
@@ -560,7 +522,7 @@ async def test_the_operators_reads_cross_tenants_and_see_tombstones(store: Stora
 async def test_backup_copies_or_says_what_to_use(
     store: Storage, backend: Backend, tmp_path: Path
 ) -> None:
-    entry = await stored(store, request(A, "backed up"))
+    entry = await stored(store, put_request(A, "backed up"))
     target = tmp_path / "copy.db"
     if backend.name != "sqlite":
         with pytest.raises(ValidationError):

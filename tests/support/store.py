@@ -1,0 +1,75 @@
+"""A :class:`~openwop_memory.storage.base.Storage` driven directly, without a sidecar: the
+puts and runs the storage tests make, each checked for the outcome it expects.
+
+Times are µs since the epoch; ``now`` defaults to the wall clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from openwop_memory.storage.base import (
+    BeginOutcome,
+    EntryRow,
+    PutOutcome,
+    PutRequest,
+    RunRecord,
+    Scope,
+    Snapshot,
+    Storage,
+)
+from openwop_memory.timefmt import now_us
+
+SECOND = 1_000_000
+DAY = 86_400 * SECOND
+RETENTION = 7 * DAY
+"""The replay retention of the runs begun here: runs begun longer ago are gone."""
+
+
+def put_request(
+    scope: Scope,
+    content: str,
+    *,
+    tags: tuple[str, ...] = (),
+    expires_us: int | None = None,
+    key: str | None = None,
+) -> PutRequest:
+    """A put of ``content`` into ``scope`` with idempotency key ``key``; its digest covers
+    content, tags and expiry, as the service's covers the redacted entry."""
+    digest = hashlib.sha256(repr((content, tags, expires_us)).encode()).digest()
+    return PutRequest(scope, content, tags, expires_us, key, digest)
+
+
+async def stored(store: Storage, request: PutRequest, now: int | None = None) -> EntryRow:
+    """Put ``request`` at ``now``; the new entry (AssertionError if none was stored)."""
+    result = await store.put(request=request, now_us=now_us() if now is None else now)
+    assert result.outcome is PutOutcome.STORED and result.entry is not None, result
+    return result.entry
+
+
+async def begun(
+    store: Storage, run_id: str, tenant: str = "tenant-a", now: int | None = None
+) -> RunRecord:
+    """``run_id`` of ``tenant`` begun (created, or resumed within :data:`RETENTION`) at
+    ``now``, without replay; its record."""
+    now = now_us() if now is None else now
+    result = await store.begin_run(
+        run_id=run_id, tenant=tenant, replay=False, now_us=now, retention_cutoff_us=now - RETENTION
+    )
+    assert result.outcome in (BeginOutcome.CREATED, BeginOutcome.RESUMED), result
+    assert result.run is not None
+    return result.run
+
+
+async def fresh_snapshot(store: Storage, tenant: str, now: int | None = None) -> Snapshot:
+    """The snapshot of a run of ``tenant`` begun at ``now`` under a name not used before."""
+    return (await begun(store, f"run-{os.urandom(6).hex()}", tenant, now)).snapshot
+
+
+async def contents(store: Storage, scope: Scope, now: int | None = None) -> list[str]:
+    """The contents a run begun at ``now`` sees in ``scope``, newest first."""
+    now = now_us() if now is None else now
+    snapshot = await fresh_snapshot(store, scope.tenant, now)
+    rows = await store.list(scope=scope, snapshot=snapshot, now_us=now, limit=100, tag=None)
+    return [row.content for row in rows]
