@@ -3,9 +3,10 @@
 Every sidecar uses the backend chosen by ``--backend`` (default ``sqlite``), so one suite
 runs against each backend: ``pytest --backend NAME``.
 
-``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``/``client``: one sidecar per
-test module (tests keep apart by their own names, see :mod:`support.names`; modules that
-need it override ``client`` with a :class:`support.shared.SharedClient`).
+``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``: one sidecar per test
+module, reached with ``client`` (tests keep apart by names of their own, see
+:mod:`support.names`) or ``shared_client`` (a prefix of the test's own is put on every run and
+tenant, see :class:`support.shared.SharedClient`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support import backends
+from support.shared import SharedClient
 from support.sidecar import (
     RawClient,
     Sidecar,
@@ -121,4 +123,13 @@ def shared_sidecar(
 def client(shared_sidecar: Sidecar) -> Iterator[RawClient]:
     """A plain connection of its own to the module's ``shared_sidecar``."""
     with shared_sidecar.client() as c:
+        yield c
+
+
+@pytest.fixture
+def shared_client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
+    """A connection of its own to the module's ``shared_sidecar`` that puts a prefix unique to
+    the test on every ``runId`` and ``tenant`` it sends: tests can name runs and tenants as
+    they like and still never meet."""
+    with SharedClient.connect(shared_sidecar) as c:
         yield c

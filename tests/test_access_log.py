@@ -146,10 +146,6 @@ def test_lines_below_the_log_level_are_dropped() -> None:
 # -- a real sidecar ----------------------------------------------------------------------------
 
 
-def request_lines(sidecar: Sidecar) -> list[dict[str, Any]]:
-    return [line for line in sidecar.log_lines() if line.get("event") == "request"]
-
-
 def test_by_default_only_failed_requests_are_logged_but_all_are_counted(workdir: Path) -> None:
     with Sidecar(workdir) as sidecar, sidecar.client() as client:
         for _ in range(5):
@@ -162,20 +158,20 @@ def test_by_default_only_failed_requests_are_logged_but_all_are_counted(workdir:
     assert stats["sidecar.health"]["ok"] >= 5
     assert stats["memory.get"] == {"not_found": 1}
     assert stats["-"] == {"validation_error": 1}
-    logged = [(line["method"], line["outcome"]) for line in request_lines(sidecar)]
+    logged = [(line["method"], line["outcome"]) for line in sidecar.events("request")]
     assert logged == [("memory.get", "not_found"), ("-", "validation_error")]
-    assert request_lines(sidecar)[0]["id"] == client.next_id - 1  # before sidecar.stats
+    assert sidecar.events("request")[0]["id"] == client.next_id - 1  # before sidecar.stats
 
 
 def test_a_slow_request_threshold_logs_every_slower_request(workdir: Path) -> None:
     # One microsecond: every request takes longer.
     with Sidecar(workdir, "--slow-request-threshold", "0.000001") as sidecar:
         with sidecar.client() as client:
-            before = len(request_lines(sidecar))
+            before = len(sidecar.events("request"))
             client.call("host.capabilities")
             client.call("sidecar.health")
         assert sidecar.stop() == 0
-    lines = request_lines(sidecar)[before:]
+    lines = sidecar.events("request")[before:]
     assert [line["method"] for line in lines] == ["host.capabilities", "sidecar.health"]
     assert all(line["slow"] is True and line["level"] == "warning" for line in lines)
 
@@ -190,7 +186,7 @@ def test_a_storm_of_malformed_lines_gets_few_log_lines(workdir: Path) -> None:
         assert sidecar.stop() == 0
     assert stats["-"]["validation_error"] == storm
     # Ten a second: the storm is answered within a second or two.
-    assert len(request_lines(sidecar)) <= 3 * CLIENT_ERROR_LINES_PER_SECOND
+    assert len(sidecar.events("request")) <= 3 * CLIENT_ERROR_LINES_PER_SECOND
 
 
 @pytest.mark.backend_independent
@@ -241,7 +237,7 @@ def test_a_refused_leak_names_its_tenant_run_and_secret_ids_never_the_value(
         assert error.code == "secret_leakage"
         client.error("memory.get", runId="r-unknown", memoryRef=ref, id="mem_x")
         assert sidecar.stop() == 0
-    leak, unknown = request_lines(sidecar)
+    leak, unknown = sidecar.events("request")
     assert (leak["method"], leak["outcome"]) == ("memory.put", "secret_leakage")
     assert (leak["run_id"], leak["tenant"]) == ("r-corr", "t-corr")
     assert leak["secret_ids"] == ["stripe-key"]

@@ -9,7 +9,6 @@ chosen statement. One test fills a real (tmpfs) file system under a running side
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 import stat
@@ -20,49 +19,22 @@ from pathlib import Path
 
 import anyio
 import pytest
-from openwop_memory.storage.base import EntryRow, PutOutcome, PutRequest, Scope, Snapshot
+from openwop_memory.storage.base import EntryRow, PutOutcome, Scope
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.storage.sqlite_writer import Txn
 from openwop_memory_client import UpstreamUnavailableError
-from support.protocol import begin, put
+from support.protocol import new_run, put
 from support.sidecar import Sidecar
 from support.sqlite_store import opened
+from support.store import contents, put_request, stored
 
 pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
 
 A = Scope("tenant-a", "scope-a")
 B = Scope("tenant-b", "scope-b")
 NOW = 1_800_000_000_000_000
-DAY_US = 86_400 * 1_000_000
 STATEMENTS = ("begin", "clock", "op", "entries", "tags", "keys", "commit")
-
-
-def request(scope: Scope, content: str, key: str | None = None) -> PutRequest:
-    digest = hashlib.sha256(content.encode()).digest()
-    return PutRequest(scope, content, ("t1", "t2"), None, key, digest)
-
-
-async def snapshot(store: SqliteStorage, run_id: str, tenant: str) -> Snapshot:
-    result = await store.begin_run(
-        run_id=run_id, tenant=tenant, replay=False, now_us=NOW, retention_cutoff_us=NOW - DAY_US
-    )
-    assert result.run is not None
-    return result.run.snapshot
-
-
-async def stored(store: SqliteStorage, req: PutRequest) -> EntryRow:
-    """Put ``req`` at ``NOW``; the entry it stored (or an earlier put with its key did)."""
-    result = await store.put(request=req, now_us=NOW)
-    assert result.outcome in (PutOutcome.STORED, PutOutcome.REPLAYED), result
-    assert result.entry is not None
-    return result.entry
-
-
-async def contents(store: SqliteStorage, scope: Scope) -> list[str]:
-    """What a run begun now sees in ``scope``."""
-    snap = await snapshot(store, f"reader-{os.urandom(4).hex()}", scope.tenant)
-    rows = await store.list(scope=scope, snapshot=snap, now_us=NOW, limit=100, tag=None)
-    return [row.content for row in rows]
+TAGS = ("t1", "t2")  # so that a put runs every statement of STATEMENTS
 
 
 @pytest.fixture
@@ -107,16 +79,16 @@ async def test_rolled_back_scope_id_never_moves_an_entry_to_another_tenant(
     async with opened(path) as store:
         await set_max_page_count(store, None)  # the next page the database needs: SQLITE_FULL
         with pytest.raises(UpstreamUnavailableError) as failed:
-            await stored(store, request(A, "a" * 20_000))
+            await stored(store, put_request(A, "a" * 20_000, tags=TAGS), NOW)
         assert failed.value.details["reason"] == "SQLITE_FULL"
         await set_max_page_count(store, 1 << 30)
-        await stored(store, request(B, "b's entry"))
-        await stored(store, request(A, "a's retry"))
-        assert await contents(store, A) == ["a's retry"]
-        assert await contents(store, B) == ["b's entry"]
+        await stored(store, put_request(B, "b's entry", tags=TAGS), NOW)
+        await stored(store, put_request(A, "a's retry", tags=TAGS), NOW)
+        assert await contents(store, A, NOW) == ["a's retry"]
+        assert await contents(store, B, NOW) == ["b's entry"]
     async with opened(path) as store:
-        assert await contents(store, A) == ["a's retry"]
-        assert await contents(store, B) == ["b's entry"]
+        assert await contents(store, A, NOW) == ["a's retry"]
+        assert await contents(store, B, NOW) == ["b's entry"]
 
 
 @pytest.mark.parametrize("statement", STATEMENTS)
@@ -130,18 +102,19 @@ async def test_a_commit_failing_at_any_statement_leaves_no_trace(
     async with opened(path) as store:
         store._writer.before_statement = fail_once_at(statement)
         with pytest.raises(UpstreamUnavailableError):
-            await stored(store, request(A, "first", key="k1"))
+            await stored(store, put_request(A, "first", key="k1", tags=TAGS), NOW)
         store._writer.before_statement = None
-        assert await contents(store, A) == []
-        await stored(store, request(B, "b"))
-        again = await stored(store, request(A, "first", key="k1"))
-        replayed = await stored(store, request(A, "first", key="k1"))
-        assert replayed == again  # the key was not half-written by the failed commit
-        assert await contents(store, A) == ["first"]
-        assert await contents(store, B) == ["b"]
+        assert await contents(store, A, NOW) == []
+        await stored(store, put_request(B, "b", tags=TAGS), NOW)
+        again = await stored(store, put_request(A, "first", key="k1", tags=TAGS), NOW)
+        replayed = await store.put(request=put_request(A, "first", key="k1", tags=TAGS), now_us=NOW)
+        # The key was not half-written by the failed commit:
+        assert (replayed.outcome, replayed.entry) == (PutOutcome.REPLAYED, again)
+        assert await contents(store, A, NOW) == ["first"]
+        assert await contents(store, B, NOW) == ["b"]
     async with opened(path) as store:
-        assert await contents(store, A) == ["first"]
-        assert await contents(store, B) == ["b"]
+        assert await contents(store, A, NOW) == ["first"]
+        assert await contents(store, B, NOW) == ["b"]
         with contextlib.closing(sqlite3.connect(path)) as conn:
             assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -160,7 +133,9 @@ async def test_one_failing_op_does_not_fail_its_group(store: SqliteStorage) -> N
 
     async def one(scope: Scope) -> None:
         try:
-            results[scope.tenant] = await stored(store, request(scope, scope.tenant))
+            results[scope.tenant] = await stored(
+                store, put_request(scope, scope.tenant, tags=TAGS), NOW
+            )
         except UpstreamUnavailableError as exc:
             results[scope.tenant] = exc
 
@@ -185,7 +160,7 @@ async def test_one_failing_op_does_not_fail_its_group(store: SqliteStorage) -> N
     assert isinstance(results.pop("poison"), UpstreamUnavailableError)
     assert all(isinstance(r, EntryRow) for r in results.values()), results
     for scope in scopes:
-        assert await contents(store, scope) == [scope.tenant]
+        assert await contents(store, scope, NOW) == [scope.tenant]
 
 
 async def test_scope_cache_is_bounded(tmp_path: Path) -> None:
@@ -194,13 +169,16 @@ async def test_scope_cache_is_bounded(tmp_path: Path) -> None:
     async with opened(tmp_path / "memory.db", scope_cache_size=3) as store:
         scopes = [Scope(f"tenant-{n}", "s") for n in range(10)]
         for scope in scopes:
-            await stored(store, request(scope, f"one {scope.tenant}"))
+            await stored(store, put_request(scope, f"one {scope.tenant}", tags=TAGS), NOW)
         assert len(store._scope_pks) == 3
         for scope in scopes:
-            await stored(store, request(scope, f"two {scope.tenant}"))
+            await stored(store, put_request(scope, f"two {scope.tenant}", tags=TAGS), NOW)
             assert len(store._scope_pks) <= 3
         for scope in scopes:
-            assert await contents(store, scope) == [f"two {scope.tenant}", f"one {scope.tenant}"]
+            assert await contents(store, scope, NOW) == [
+                f"two {scope.tenant}",
+                f"one {scope.tenant}",
+            ]
 
 
 async def test_health_reports_failing_writes_and_recovers(store: SqliteStorage) -> None:
@@ -214,7 +192,7 @@ async def test_health_reports_failing_writes_and_recovers(store: SqliteStorage) 
 
     store._writer.before_statement = always
     with pytest.raises(UpstreamUnavailableError):
-        await stored(store, request(A, "x"))
+        await stored(store, put_request(A, "x", tags=TAGS), NOW)
     health = await store.health()  # its probe write fails too
     assert health.problems == ("writes_failing",)
     assert health.properties["lastWriteError"] == "OperationalError"
@@ -264,7 +242,7 @@ def test_database_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
     created for them 0700, with no warning."""
     database = tmp_path / "new-dir" / "memory.db"
     with Sidecar(tmp_path, database=database) as sidecar, sidecar.client() as c:
-        put(c, begin(c, "t1"), "ref", "private")
+        put(c, new_run(c, "t1"), "ref", "private")
         modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in database.parent.iterdir()}
     assert modes == {"memory.db": 0o600, "memory.db-wal": 0o600, "memory.db-shm": 0o600}, {
         name: oct(mode) for name, mode in modes.items()
@@ -334,7 +312,7 @@ def test_disk_full_under_a_running_sidecar(tmp_path: Path) -> None:
         database = mounted / "memory.db"
         sidecar = Sidecar(tmp_path, database=database)
         with sidecar, sidecar.client() as c:
-            run_a, run_b = begin(c, "tenant-a"), begin(c, "tenant-b")
+            run_a, run_b = new_run(c, "tenant-a"), new_run(c, "tenant-b")
             filler = fill(mounted)
             err = c.error(
                 "memory.put", runId=run_a, memoryRef="scope-a", entry={"content": "a" * 30_000}
@@ -349,13 +327,13 @@ def test_disk_full_under_a_running_sidecar(tmp_path: Path) -> None:
             put(c, run_b, "scope-b", "b's entry")
             put(c, run_a, "scope-a", "a's retry")
             assert c.call("sidecar.health")["status"] == "ok"
-            reader_a, reader_b = begin(c, "tenant-a"), begin(c, "tenant-b")
+            reader_a, reader_b = new_run(c, "tenant-a"), new_run(c, "tenant-b")
             seen_a = c.call("memory.list", runId=reader_a, memoryRef="scope-a")
             seen_b = c.call("memory.list", runId=reader_b, memoryRef="scope-b")
             assert [e["content"] for e in seen_a] == ["a's retry"]
             assert [e["content"] for e in seen_b] == ["b's entry"]
         with Sidecar(tmp_path, database=database) as again, again.client() as c:
-            reader_a, reader_b = begin(c, "tenant-a"), begin(c, "tenant-b")
+            reader_a, reader_b = new_run(c, "tenant-a"), new_run(c, "tenant-b")
             seen_a = c.call("memory.list", runId=reader_a, memoryRef="scope-a")
             seen_b = c.call("memory.list", runId=reader_b, memoryRef="scope-b")
             assert [e["content"] for e in seen_a] == ["a's retry"]

@@ -17,38 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from support.polling import wait_for
+from support.protocol import TENANT, begin, issue_refs, list_all, notification, req
 from support.sidecar import RawClient, RpcError, Sidecar
 
-TENANT = "tenant-concurrent"
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-
-
-def issue_refs(client: RawClient, count: int) -> list[str]:
-    return [
-        str(client.call("memory.issueRef", tenant=TENANT, agent=f"agent-{n}")["memoryRef"])
-        for n in range(count)
-    ]
-
-
-def list_all(client: RawClient, run_id: str, ref: str) -> list[dict[str, Any]]:
-    page: list[dict[str, Any]] = client.call(
-        "memory.list", runId=run_id, memoryRef=ref, options={"limit": 1000}
-    )
-    assert len(page) < 1000, "a scope filled the list cap; the check would be incomplete"
-    return page
-
-
-def request_line(rid: Any, method: str, **params: Any) -> bytes:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
-    if rid is not None:
-        message["id"] = rid
-    return json.dumps(message).encode()
 
 
 def test_dozens_of_concurrent_writers_lose_nothing(sidecar: Sidecar, rpc: RawClient) -> None:
     writers, puts, scopes = 48, 50, 6
     refs = issue_refs(rpc, scopes)
-    rpc.call("run.begin", runId="writers", tenant=TENANT)
+    begin(rpc, "writers")
     start = threading.Barrier(writers)
 
     def writer(n: int) -> list[dict[str, Any]]:
@@ -78,7 +56,7 @@ def test_dozens_of_concurrent_writers_lose_nothing(sidecar: Sidecar, rpc: RawCli
         # One connection waits for each answer, so its puts commit in the order sent.
         assert stamps == sorted(stamps), "createdAt went backwards between sequential puts"
 
-    reader = rpc.call("run.begin", runId="reader", tenant=TENANT)
+    reader = begin(rpc, "reader")
     assert max(e["createdAt"] for e in every) <= reader["snapshotAt"]
     for s, ref in enumerate(refs):
         listed = list_all(rpc, "reader", ref)
@@ -148,7 +126,7 @@ def test_snapshot_is_a_consistent_cut_of_concurrent_writes(
     sidecar: Sidecar, rpc: RawClient
 ) -> None:
     refs = issue_refs(rpc, 8)
-    rpc.call("run.begin", runId="writers", tenant=TENANT)
+    begin(rpc, "writers")
     log = WriteLog(sidecar.socket, "writers", refs, quota=120)
     cuts: list[tuple[str, set[str], int]] = []  # (run, acked before begin was sent, tick after)
     with ThreadPoolExecutor(len(refs)) as pool:
@@ -157,7 +135,7 @@ def test_snapshot_is_a_consistent_cut_of_concurrent_writes(
             wait_for(log.acked_at_least(60 * (k + 1)), 60, "more acknowledged puts")
             with log.lock:
                 before = set(log.acked)
-            begun = rpc.call("run.begin", runId=f"cut-{k}", tenant=TENANT)
+            begun = begin(rpc, f"cut-{k}")
             assert begun["resumed"] is False
             cuts.append((f"cut-{k}", before, log.tick()))
         for future in futures:
@@ -181,7 +159,7 @@ def test_concurrent_begin_of_one_new_run_agrees_on_the_snapshot(
 ) -> None:
     beginners = 32
     refs = issue_refs(rpc, 4)
-    rpc.call("run.begin", runId="writers", tenant=TENANT)
+    begin(rpc, "writers")
     stop = threading.Event()
     progress = [0] * len(refs)
 
@@ -199,7 +177,7 @@ def test_concurrent_begin_of_one_new_run_agrees_on_the_snapshot(
     def beginner(_: int) -> tuple[dict[str, Any], list[list[dict[str, Any]]]]:
         with RawClient(sidecar.socket, timeout=60) as client:
             start.wait(timeout=30)
-            begun: dict[str, Any] = client.call("run.begin", runId="shared", tenant=TENANT)
+            begun: dict[str, Any] = begin(client, "shared")
             seen = [list_all(client, "shared", ref) for ref in refs]
         return begun, seen
 
@@ -227,12 +205,12 @@ def test_concurrent_begin_of_one_new_run_agrees_on_the_snapshot(
 
 def test_pipelined_requests_are_matched_by_id(sidecar: Sidecar, rpc: RawClient) -> None:
     (ref,) = issue_refs(rpc, 1)
-    rpc.call("run.begin", runId="writer", tenant=TENANT)
+    begin(rpc, "writer")
     seeded = [
         rpc.call("memory.put", runId="writer", memoryRef=ref, entry={"content": f"seed {i}"})
         for i in range(20)
     ]
-    rpc.call("run.begin", runId="reader", tenant=TENANT)
+    begin(rpc, "reader")
 
     # (id, line, check of the response) for requests that are answered; ids mix ints and
     # strings that spell the same number, which must not be confused.
@@ -268,23 +246,21 @@ def test_pipelined_requests_are_matched_by_id(sidecar: Sidecar, rpc: RawClient) 
     for i in range(60):
         content = f"pipelined put {i}"
         entry_in = {"content": content}
-        put = request_line(i, "memory.put", runId="writer", memoryRef=ref, entry=entry_in)
+        put = req("memory.put", {"runId": "writer", "memoryRef": ref, "entry": entry_in}, i)
         expect(i, put, put_check(content))
         entry = seeded[i % len(seeded)]
-        get = request_line(str(i), "memory.get", runId="reader", memoryRef=ref, id=entry["id"])
+        get = req("memory.get", {"runId": "reader", "memoryRef": ref, "id": entry["id"]}, str(i))
         expect(str(i), get, get_check(entry))
         if i % 10 == 0:
             options = {"limit": 5}
-            listing = request_line(
-                f"list-{i}", "memory.list", runId="reader", memoryRef=ref, options=options
-            )
+            params = {"runId": "reader", "memoryRef": ref, "options": options}
+            listing = req("memory.list", params, f"list-{i}")
             expect(f"list-{i}", listing, list_check)
-            expect(f"caps-{i}", request_line(f"caps-{i}", "host.capabilities"), caps_check)
-            expect(-i - 1, request_line(-i - 1, "no.such.method"), unknown_check)
-            notification = {"content": f"{notified} {i}"}
-            lines.append(
-                request_line(None, "memory.put", runId="writer", memoryRef=ref, entry=notification)
-            )
+            expect(f"caps-{i}", req("host.capabilities", {}, f"caps-{i}"), caps_check)
+            expect(-i - 1, req("no.such.method", {}, -i - 1), unknown_check)
+            unanswered = {"content": f"{notified} {i}"}
+            params = {"runId": "writer", "memoryRef": ref, "entry": unanswered}
+            lines.append(notification("memory.put", params))
     rpc.sock.sendall(b"".join(line + b"\n" for line in lines))
 
     answered: dict[tuple[type, Any], dict[str, Any]] = {}
@@ -300,7 +276,7 @@ def test_pipelined_requests_are_matched_by_id(sidecar: Sidecar, rpc: RawClient) 
 
     # Notifications are not answered: the next line is the answer to a fresh request.
     assert rpc.call("sidecar.health")["status"] == "ok"
-    rpc.call("run.begin", runId="after", tenant=TENANT)
+    begin(rpc, "after")
     contents = {e["content"] for e in list_all(rpc, "after", ref)}
     assert {f"{notified} {i}" for i in range(0, 60, 10)} <= contents
     assert {f"pipelined put {i}" for i in range(60)} <= contents
@@ -309,7 +285,7 @@ def test_pipelined_requests_are_matched_by_id(sidecar: Sidecar, rpc: RawClient) 
 def test_racing_idempotent_puts_and_deletes(sidecar: Sidecar, rpc: RawClient) -> None:
     racers = 24
     (ref,) = issue_refs(rpc, 1)
-    rpc.call("run.begin", runId="writer", tenant=TENANT)
+    begin(rpc, "writer")
 
     def race(call: Callable[[RawClient, int], Any]) -> list[Any]:
         start = threading.Barrier(racers)
@@ -348,7 +324,7 @@ def test_racing_idempotent_puts_and_deletes(sidecar: Sidecar, rpc: RawClient) ->
     assert len(losers) == racers - 1
     assert {err.code for err in losers} == {"conflict"}
 
-    rpc.call("run.begin", runId="reader", tenant=TENANT)
+    begin(rpc, "reader")
     listed = list_all(rpc, "reader", ref)
     assert sorted(e["id"] for e in listed) == sorted([same[0]["id"], winners[0]["id"]])
 
@@ -357,5 +333,5 @@ def test_racing_idempotent_puts_and_deletes(sidecar: Sidecar, rpc: RawClient) ->
 
     deleted = race(delete)
     assert sorted(deleted, key=str) == [False] * (racers - 1) + [True]
-    rpc.call("run.begin", runId="after-delete", tenant=TENANT)
+    begin(rpc, "after-delete")
     assert [e["id"] for e in list_all(rpc, "after-delete", ref)] == [same[0]["id"]]

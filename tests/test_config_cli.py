@@ -31,23 +31,10 @@ from openwop_memory.config import (
     load_settings,
     setting_fields,
 )
-from support.sidecar import EXE, RawClient, Sidecar
+from support.sidecar import EXE, RawClient, Sidecar, run_cli
 
 TENANT = "tenant-config"
 SECRET = "config-test-secret-value"
-
-
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 30
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [EXE, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 def health_line(rid: str, size: int) -> bytes:

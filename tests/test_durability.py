@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 from support.polling import wait_for
+from support.protocol import begin, issue_refs, list_all, put
 from support.sidecar import RawClient, Sidecar
-
-TENANT = "tenant-durable"
 
 
 def sqlite_file_state(path: Path) -> tuple[list[str], str]:
@@ -46,31 +45,10 @@ def crashed_copy_state(database: Path, into: Path) -> tuple[list[str], str]:
     return sqlite_file_state(into / database.name)
 
 
-def issue_refs(client: RawClient, count: int) -> list[str]:
-    return [
-        str(client.call("memory.issueRef", tenant=TENANT, agent=f"agent-{n}")["memoryRef"])
-        for n in range(count)
-    ]
-
-
-def put(client: RawClient, run_id: str, ref: str, content: str, **extra: Any) -> dict[str, Any]:
-    entry: dict[str, Any] = client.call(
-        "memory.put", runId=run_id, memoryRef=ref, entry={"content": content}, **extra
-    )
-    assert entry["content"] == content
-    return entry
-
-
 def visible_entries(client: RawClient, run_id: str, refs: list[str]) -> list[dict[str, Any]]:
     """What a brand-new run sees in each scope (asserting no scope is near the list cap)."""
-    begun = client.call("run.begin", runId=run_id, tenant=TENANT)
-    assert begun["resumed"] is False
-    seen: list[dict[str, Any]] = []
-    for ref in refs:
-        page = client.call("memory.list", runId=run_id, memoryRef=ref, options={"limit": 1000})
-        assert len(page) < 1000, "a scope filled the list cap; the check would be incomplete"
-        seen.extend(page)
-    return seen
+    assert begin(client, run_id)["resumed"] is False
+    return [entry for ref in refs for entry in list_all(client, run_id, ref)]
 
 
 @dataclass
@@ -137,7 +115,7 @@ def test_acknowledged_puts_survive_repeated_sigkill_mid_burst(workdir: Path) -> 
         try:
             with sidecar.client() as client:
                 round_refs = issue_refs(client, writers)
-                client.call("run.begin", runId=f"burst-{crash}", tenant=TENANT)
+                begin(client, f"burst-{crash}")
             # Refs are deterministic across restarts (their key is in the database).
             assert not refs or round_refs == refs
             refs = round_refs
@@ -177,11 +155,11 @@ def test_snapshots_and_deletes_survive_sigkill(workdir: Path) -> None:
     with Sidecar(workdir) as sidecar:
         with sidecar.client() as client:
             (ref,) = issue_refs(client, 1)
-            client.call("run.begin", runId="writer", tenant=TENANT)
+            begin(client, "writer")
             before = put(client, "writer", ref, "written before the reader began")
             gone = put(client, "writer", ref, "deleted before the reader began")
             assert client.call("memory.delete", runId="writer", memoryRef=ref, id=gone["id"])
-            reader = client.call("run.begin", runId="reader", tenant=TENANT)
+            reader = begin(client, "reader")
             assert reader["resumed"] is False
             after = put(client, "writer", ref, "written after the reader began")
         sidecar.kill()
@@ -196,7 +174,7 @@ def test_snapshots_and_deletes_survive_sigkill(workdir: Path) -> None:
 
         # The reader's snapshot is persisted: listing works before it is re-begun...
         assert client.call("memory.list", runId="reader", memoryRef=ref) == [before]
-        resumed = client.call("run.begin", runId="reader", tenant=TENANT)
+        resumed = begin(client, "reader")
         assert resumed["resumed"] is True
         assert resumed["snapshotAt"] == reader["snapshotAt"]
         # ...and it is the same point in commit order as before the crash.
@@ -205,8 +183,8 @@ def test_snapshots_and_deletes_survive_sigkill(workdir: Path) -> None:
             got = client.call("memory.get", runId="reader", memoryRef=ref, id=hidden["id"])
             assert got is None
 
-        assert client.call("run.begin", runId="writer", tenant=TENANT)["resumed"] is True
-        fresh = client.call("run.begin", runId="fresh", tenant=TENANT)
+        assert begin(client, "writer")["resumed"] is True
+        fresh = begin(client, "fresh")
         assert fresh["resumed"] is False
         assert client.call("memory.list", runId="fresh", memoryRef=ref) == [after, before]
         assert after["createdAt"] <= fresh["snapshotAt"]
@@ -216,12 +194,12 @@ def test_idempotency_keys_survive_sigkill(workdir: Path) -> None:
     with Sidecar(workdir) as sidecar:
         with sidecar.client() as client:
             (ref,) = issue_refs(client, 1)
-            client.call("run.begin", runId="writer", tenant=TENANT)
+            begin(client, "writer")
             first = put(client, "writer", ref, "keyed entry", idempotencyKey="key-1")
         sidecar.kill()
 
     with Sidecar(workdir) as sidecar, sidecar.client() as client:
-        assert client.call("run.begin", runId="writer", tenant=TENANT)["resumed"] is True
+        assert begin(client, "writer")["resumed"] is True
         again = put(client, "writer", ref, "keyed entry", idempotencyKey="key-1")
         assert again == first
         err = client.error(

@@ -13,11 +13,12 @@ import pytest
 from support.names import uid
 from support.protocol import (
     assert_healthy,
-    begin,
     error_of,
     expect,
     invalid,
+    issue,
     later_list,
+    new_run,
     pipeline,
     put,
     raw_answer,
@@ -31,10 +32,6 @@ from support.sidecar import RawClient, Sidecar, module_sidecar
 def rejecting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     with module_sidecar(tmp_path_factory, "reject", "--redaction", "reject") as s:
         yield s
-
-
-def ref_of(client: RawClient, tenant: str, agent: str = "a") -> str:
-    return str(client.call("memory.issueRef", tenant=tenant, agent=agent)["memoryRef"])
 
 
 # -- validation_error: -32700 bad JSON ----------------------------------------------------
@@ -146,13 +143,13 @@ def test_bad_params(client: RawClient) -> None:
 
 def test_params_are_validated_before_the_run_is_looked_up(client: RawClient) -> None:
     never = uid("never")
-    other_tenant = ref_of(client, "t2")
+    other_tenant = issue(client, "t2")
     # An unknown run or a foreign ref never masks a malformed request.
     assert invalid(client, "memory.list", runId=never, memoryRef="x", options={"limit": "5"})
     assert invalid(client, "memory.get", runId=never, memoryRef="x", id=5)
     assert invalid(client, "memory.delete", runId=never, memoryRef="x")
     assert invalid(client, "run.addSecrets", runId=never, secrets=[{"id": "k", "value": "short"}])
-    run_id = begin(client)
+    run_id = new_run(client)
     entry = {"content": "c", "expiresAt": "2000-01-01T00:00:00Z"}
     err = invalid(client, "memory.put", runId=never, memoryRef="x", entry=entry)
     assert err.details["field"] == "entry.expiresAt"
@@ -182,7 +179,7 @@ def test_unknown_method_without_params(client: RawClient) -> None:
 
 
 def test_unknown_run_for_every_method_taking_run_id(client: RawClient) -> None:
-    ref = ref_of(client, "t1")
+    ref = issue(client, "t1")
     never = uid("never")
     calls: list[tuple[str, dict[str, Any]]] = [
         ("memory.list", {"memoryRef": ref}),
@@ -203,10 +200,10 @@ def test_unknown_run_for_every_method_taking_run_id(client: RawClient) -> None:
 
 
 def test_put_needs_the_run_open_but_reads_do_not(client: RawClient) -> None:
-    ref = ref_of(client, "t1", uid("agent"))
-    writer = begin(client)
+    ref = issue(client, "t1", uid("agent"))
+    writer = new_run(client)
     entry = put(client, writer, ref, "kept")
-    reader = begin(client)
+    reader = new_run(client)
     client.call("run.end", runId=reader)
     # An ended run's snapshot is still readable (PROTOCOL.md, "Which runs may call what").
     assert client.call("memory.list", runId=reader, memoryRef=ref) == [entry]
@@ -238,10 +235,10 @@ def test_put_needs_the_run_open_but_reads_do_not(client: RawClient) -> None:
 
 def test_cross_tenant_issued_ref_is_forbidden(client: RawClient) -> None:
     agent = uid("agent")
-    ref_t2 = ref_of(client, "t2", agent)
-    owner = begin(client, "t2")
+    ref_t2 = issue(client, "t2", agent)
+    owner = new_run(client, "t2")
     theirs = put(client, owner, ref_t2, "t2 private")
-    intruder = begin(client, "t1")
+    intruder = new_run(client, "t1")
     calls: list[tuple[str, dict[str, Any]]] = [
         ("memory.list", {}),
         ("memory.list", {"options": {"limit": 5, "tag": "x"}}),
@@ -257,7 +254,7 @@ def test_cross_tenant_issued_ref_is_forbidden(client: RawClient) -> None:
     # Nothing leaked, nothing written, nothing deleted.
     assert later_list(client, ref_t2, "t2") == [theirs]
     # The same agent name under t1 is a different scope, not forbidden.
-    assert later_list(client, ref_of(client, "t1", agent), "t1") == []
+    assert later_list(client, issue(client, "t1", agent), "t1") == []
 
 
 def test_rebegin_under_another_tenant_is_forbidden(client: RawClient) -> None:
@@ -277,7 +274,7 @@ def test_rebegin_under_another_tenant_is_forbidden(client: RawClient) -> None:
 
 def test_idempotency_conflict(client: RawClient) -> None:
     ref = uid("ref")
-    run_id = begin(client)
+    run_id = new_run(client)
     params: dict[str, Any] = {"runId": run_id, "memoryRef": ref, "idempotencyKey": "key-1"}
     first = client.call("memory.put", entry={"content": "one", "tags": ["a"]}, **params)
     # The same entry again: the first one back, nothing new written.
@@ -333,7 +330,7 @@ def test_secret_leakage_under_reject(rejecting: Sidecar) -> None:
     other = "leak-" + uid("OTHER")
     ref = uid("ref")
     with rejecting.client() as c:
-        run_id = begin(c, secrets=[{"id": "k1", "value": secret}, {"id": "k2", "value": other}])
+        run_id = new_run(c, secrets=[{"id": "k1", "value": secret}, {"id": "k2", "value": other}])
         cases: list[tuple[dict[str, Any], str, list[str]]] = [
             ({"content": f"x {secret} y"}, "content", ["k1"]),
             ({"content": f"{secret}{other}"}, "content", ["k1", "k2"]),
@@ -391,7 +388,7 @@ def test_rate_limited_when_at_capacity(tmp_path_factory: pytest.TempPathFactory)
         module_sidecar(tmp_path_factory, "rate", "--max-inflight", "1") as s,
         s.client() as c,
     ):
-        run_id = begin(c)
+        run_id = new_run(c)
         lines = [
             req("memory.put", {"runId": run_id, "memoryRef": "r", "entry": {"content": str(i)}}, i)
             for i in range(64)
@@ -414,8 +411,8 @@ def test_no_error_carries_content_or_secret_values(shared_sidecar: Sidecar) -> N
     mark = uid("MARKER")  # distinctive: appears nowhere unless echoed
     secret = f"{mark}-secret"
     with shared_sidecar.client() as c:
-        t2_ref = ref_of(c, "t2")
-        run_id = begin(c, secrets=[{"id": "k", "value": secret}])
+        t2_ref = issue(c, "t2")
+        run_id = new_run(c, secrets=[{"id": "k", "value": secret}])
         c.call(
             "memory.put",
             runId=run_id,
@@ -518,7 +515,7 @@ def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
     workdir: Path,
 ) -> None:
     with Sidecar(workdir, "--sqlite-busy-timeout", "200ms") as sidecar, sidecar.client() as c:
-        ref = ref_of(c, "t1")
+        ref = issue(c, "t1")
         c.call("run.begin", runId="w", tenant="t1")
         # Another process's writer holds the database's write lock past the busy timeout.
         blocker = sqlite3.connect(str(sidecar.database), isolation_level=None)

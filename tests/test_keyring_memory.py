@@ -27,7 +27,8 @@ from openwop_memory.service.keyring_memory import (
 from openwop_memory.service.runs import RunHandle, RunRegistry
 from openwop_memory.storage.base import Snapshot
 from openwop_memory_client import RateLimitedError
-from support.sidecar import RawClient, Sidecar
+from support.protocol import assert_run_not_found, put
+from support.sidecar import Sidecar
 
 # Distinct, letter-and-digit values: each compiles to a keyring of a known estimate.
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -45,18 +46,6 @@ def keyring_bytes(secrets: list[dict[str, str]]) -> int:
     return estimate_bytes({s["value"]: s["id"] for s in secrets})
 
 
-def put(c: RawClient, run_id: str, content: str) -> dict[str, object]:
-    entry: dict[str, object] = c.call(
-        "memory.put", runId=run_id, memoryRef="notes", entry={"content": content}
-    )
-    return entry
-
-
-def assert_never_begun(c: RawClient, run_id: str) -> None:
-    err = c.error("memory.list", runId=run_id, memoryRef="notes")
-    assert err.code == "not_found" and err.details["resource"] == "run"
-
-
 # -- the byte cap per run ------------------------------------------------------------------
 
 
@@ -72,10 +61,10 @@ def test_secrets_over_the_byte_cap_are_refused_before_anything_is_stored(
         assert err.details == {"field": "secrets", "maxRunSecretBytes": 1000}
         text = json.dumps(err.error)
         assert not any(v["value"][:12] in text for v in big)
-        assert_never_begun(c, "over")
+        assert_run_not_found(c.error("memory.list", runId="over", memoryRef="notes"))
         exact = [{"id": "a", "value": value(7, 500)}, {"id": "b", "value": value(8, 500)}]
         c.call("run.begin", runId="exact", tenant="t", secrets=exact)
-        assert "[REDACTED:a]" in str(put(c, "exact", f"key {exact[0]['value']} end")["content"])
+        assert "[REDACTED:a]" in put(c, "exact", "notes", f"key {exact[0]['value']} end")["content"]
 
 
 def test_add_secrets_past_the_byte_cap_keeps_the_keyring_as_it_was(workdir: Path) -> None:
@@ -86,7 +75,7 @@ def test_add_secrets_past_the_byte_cap_keeps_the_keyring_as_it_was(workdir: Path
         assert err.code == "validation_error" and err.details["field"] == "secrets"
         # Re-sending what the run already holds adds nothing, so it is never over the cap.
         assert c.call("run.addSecrets", runId="r", secrets=first) == {"count": 1}
-        assert "[REDACTED:a]" in str(put(c, "r", first[0]["value"])["content"])
+        assert "[REDACTED:a]" in put(c, "r", "notes", first[0]["value"])["content"]
 
 
 # -- the memory cap over all keyrings -----------------------------------------------------
@@ -102,13 +91,13 @@ def test_idle_runs_are_evicted_least_recently_used_to_stay_under_the_memory_cap(
     with Sidecar(workdir, "--max-keyring-memory-bytes", str(cap)) as s, s.client() as c:
         c.call("run.begin", runId="r0", tenant="t", secrets=runs[0])
         c.call("run.begin", runId="r1", tenant="t", secrets=runs[1])
-        put(c, "r0", "r0 is used last")  # r1 becomes the least recently used
+        put(c, "r0", "notes", "r0 is used last")  # r1 becomes the least recently used
         c.call("run.begin", runId="r2", tenant="t", secrets=runs[2])
         err = c.error(
             "memory.put", runId="r1", memoryRef="notes", entry={"content": runs[1][0]["value"]}
         )
         assert err.code == "not_found" and err.details["resource"] == "run"
-        put(c, "r0", "still open")
+        put(c, "r0", "notes", "still open")
         stats = c.call("sidecar.stats")
         assert stats["runsEvicted"] == 1 and stats["activeRuns"] == 2
         assert 0 < stats["keyringMemoryBytes"] <= cap
@@ -116,7 +105,7 @@ def test_idle_runs_are_evicted_least_recently_used_to_stay_under_the_memory_cap(
         # The client's answer to not_found: begin again with the secrets (r2 is dropped now).
         assert c.call("run.begin", runId="r1", tenant="t", secrets=runs[1])["resumed"] is True
         secret = runs[1][1]
-        entry = put(c, "r1", f"token={secret['value']};")
+        entry = put(c, "r1", "notes", f"token={secret['value']};")
         assert entry["content"] == f"token=[REDACTED:{secret['id']}];"
         assert c.call("sidecar.stats")["keyringMemoryBytes"] <= cap
 
@@ -128,7 +117,7 @@ def test_runs_without_secrets_cost_no_keyring_memory(workdir: Path) -> None:
             c.call("run.begin", runId=f"plain{n}", tenant="t")
         stats = c.call("sidecar.stats")
         assert stats["keyringMemoryBytes"] == 0 and stats["runsEvicted"] == 0
-        put(c, "plain0", "hello")
+        put(c, "plain0", "notes", "hello")
 
 
 def test_a_keyring_larger_than_the_whole_cap_is_rate_limited(workdir: Path) -> None:
@@ -141,12 +130,12 @@ def test_a_keyring_larger_than_the_whole_cap_is_rate_limited(workdir: Path) -> N
         assert err.code == "rate_limited" and err.rpc_code == -32029
         assert err.details["retryAfterMs"] > 0
         assert not any(v["value"][:12] in json.dumps(err.error) for v in big)
-        assert_never_begun(c, "big")
+        assert_run_not_found(c.error("memory.list", runId="big", memoryRef="notes"))
         # The refusal evicted nothing that could not have made room anyway: a grown keyring
         # is refused the same way and the run keeps the keyring it had.
         err = c.error("run.addSecrets", runId="small", secrets=big[1:])
         assert err.code == "rate_limited"
-        assert "[REDACTED:small]" in str(put(c, "small", small[0]["value"])["content"])
+        assert "[REDACTED:small]" in put(c, "small", "notes", small[0]["value"])["content"]
 
 
 # -- the budget, in process ------------------------------------------------------------------
@@ -219,7 +208,7 @@ def test_host_keyrings_count_against_the_memory_cap(workdir: Path) -> None:
     with Sidecar(workdir, *args) as s, s.client() as c:
         for n in range(12):
             c.call("run.begin", runId=f"run{n}", tenant=f"tenant{n}")
-            entry = put(c, f"run{n}", f"x {host_value} y")
+            entry = put(c, f"run{n}", "notes", f"x {host_value} y")
             assert entry["content"] == "x [REDACTED:host-key] y"
             assert c.call("sidecar.stats")["keyringMemoryBytes"] <= cap
         stats = c.call("sidecar.stats")

@@ -22,22 +22,8 @@ from typing import Any
 
 import pytest
 from support.polling import wait_for
-from support.sidecar import EXE, RawClient, Sidecar
-
-TENANT = "tenant-lifecycle"
-
-
-def serve_to_exit(
-    socket_path: Path, database: str, *args: str, timeout: float = 30
-) -> subprocess.CompletedProcess[str]:
-    """``openwop-memory serve`` expected to refuse to start (it must exit on its own)."""
-    return subprocess.run(
-        [EXE, "serve", "--socket", str(socket_path), "--database", database, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from support.protocol import TENANT, begin, issue, list_all, req
+from support.sidecar import RawClient, Sidecar, run_cli
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -57,35 +43,23 @@ def connection_refused(path: Path) -> bool:
     return False
 
 
-def events(sidecar: Sidecar, name: str) -> list[dict[str, Any]]:
-    return [line for line in sidecar.log_lines() if line.get("event") == name]
-
-
-def request_lines(sidecar: Sidecar) -> list[dict[str, Any]]:
-    return events(sidecar, "request")
-
-
 def begin_writer(sidecar: Sidecar) -> str:
     with sidecar.client() as client:
-        ref = str(client.call("memory.issueRef", tenant=TENANT, agent="agent")["memoryRef"])
-        client.call("run.begin", runId="writer", tenant=TENANT)
+        ref = issue(client)
+        begin(client, "writer")
     return ref
 
 
 def put_line(rid: int, ref: str, content: str) -> bytes:
-    params = {"runId": "writer", "memoryRef": ref, "entry": {"content": content}}
-    request = {"jsonrpc": "2.0", "id": rid, "method": "memory.put", "params": params}
-    return json.dumps(request).encode()
+    return req(
+        "memory.put", {"runId": "writer", "memoryRef": ref, "entry": {"content": content}}, rid
+    )
 
 
 def listed(sidecar: Sidecar, ref: str, run_id: str) -> list[dict[str, Any]]:
     with sidecar.client() as client:
-        assert client.call("run.begin", runId=run_id, tenant=TENANT)["resumed"] is False
-        page: list[dict[str, Any]] = client.call(
-            "memory.list", runId=run_id, memoryRef=ref, options={"limit": 1000}
-        )
-    assert len(page) < 1000
-    return page
+        assert begin(client, run_id, TENANT)["resumed"] is False
+        return list_all(client, run_id, ref)
 
 
 # -- graceful stop -------------------------------------------------------------------------
@@ -131,10 +105,10 @@ def test_signal_answers_requests_already_read_then_exits_0(
     assert answers, "no request was answered before the signal"
     failed = [a for a in answers.values() if "result" not in a]
     assert not failed, f"requests failed during the drain: {failed[:3]}"
-    puts_handled = [r for r in request_lines(sidecar) if r.get("method") == "memory.put"]
+    puts_handled = [r for r in sidecar.events("request") if r.get("method") == "memory.put"]
     # Every request the sidecar took in was answered: as many answers as handled puts.
     assert len(puts_handled) == len(answers)
-    assert not events(sidecar, "drain_timeout")
+    assert not sidecar.events("drain_timeout")
 
     with Sidecar(workdir) as restarted:
         present = {e["id"]: e["content"] for e in listed(restarted, ref, "after-restart")}
@@ -163,7 +137,7 @@ def held_drain(sidecar: Sidecar) -> Iterator[RawClient]:
             request = {"jsonrpc": "2.0", "id": i, "method": "memory.list", "params": params}
             stuck.send_line(json.dumps(request).encode())
         wait_for(
-            lambda: any(r.get("method") == "memory.list" for r in request_lines(sidecar)),
+            lambda: any(r.get("method") == "memory.list" for r in sidecar.events("request")),
             30,
             "the sidecar to handle a list",
         )
@@ -180,7 +154,7 @@ def test_second_signal_during_drain_exits_at_once(workdir: Path, second: signal.
     ):
         assert sidecar.proc is not None
         sidecar.signal(signal.SIGTERM)
-        wait_for(lambda: bool(events(sidecar, "stopping")), 30, "the drain to start")
+        wait_for(lambda: bool(sidecar.events("stopping")), 30, "the drain to start")
         wait_for(lambda: connection_refused(sidecar.socket), 30, "the listener to close")
         assert sidecar.proc.poll() is None, "the drain should still be held by the stuck answer"
         sidecar.signal(second)
@@ -198,7 +172,7 @@ def test_drain_timeout_abandons_a_stuck_connection_and_exits_0(workdir: Path) ->
         # The stuck client never reads, so only the drain timeout can end the drain.
         assert sidecar.proc.wait(20) == 0, sidecar.log()
         assert not sidecar.socket.exists()
-        assert events(sidecar, "drain_timeout")
+        assert sidecar.events("drain_timeout")
     with Sidecar(workdir) as restarted, restarted.client() as client:
         assert client.call("sidecar.health")["status"] == "ok"
 
@@ -214,7 +188,7 @@ def test_idle_sidecar_exits_0_on_one_signal(workdir: Path, signum: signal.Signal
             idle.read()
         assert sidecar.proc.wait(30) == 0
         assert not sidecar.socket.exists()
-        assert events(sidecar, "stopped")
+        assert sidecar.events("stopped")
 
 
 def test_sd_notify_ready_then_stopping(workdir: Path) -> None:
@@ -234,7 +208,9 @@ def test_sd_notify_ready_then_stopping(workdir: Path) -> None:
 def test_refuses_to_start_where_a_live_sidecar_answers(workdir: Path, sidecar: Sidecar) -> None:
     before = os.stat(sidecar.socket)
     other_database = workdir / "other" / "memory.db"
-    result = serve_to_exit(sidecar.socket, f"sqlite:///{other_database}")
+    result = run_cli(
+        "serve", "--socket", str(sidecar.socket), "--database", f"sqlite:///{other_database}"
+    )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert str(sidecar.socket) in result.stderr
@@ -266,7 +242,7 @@ def test_regular_file_at_the_socket_path_is_refused(workdir: Path) -> None:
     path = workdir / "memory.sock"
     path.write_text("not a socket\n")
     database = workdir / "memory.db"
-    result = serve_to_exit(path, f"sqlite:///{database}")
+    result = run_cli("serve", "--socket", str(path), "--database", f"sqlite:///{database}")
     assert_clean_failure(result, re.escape(str(path)))
     assert path.read_text() == "not a socket\n"
     assert not database.exists()
@@ -307,7 +283,9 @@ def test_newer_schema_refuses_to_start(workdir: Path) -> None:
     with contextlib.closing(sqlite3.connect(sidecar.database)) as db, db:
         db.execute("INSERT INTO schema_migrations (version, applied_us) VALUES (999, 0)")
 
-    result = serve_to_exit(sidecar.socket, f"sqlite:///{sidecar.database}")
+    result = run_cli(
+        "serve", "--socket", str(sidecar.socket), "--database", f"sqlite:///{sidecar.database}"
+    )
     assert_clean_failure(result, "schema")
     assert not sidecar.socket.exists()
     with contextlib.closing(sqlite3.connect(sidecar.database)) as db:
@@ -319,14 +297,22 @@ def test_database_directory_that_cannot_be_created_fails_cleanly(workdir: Path) 
     blocker = workdir / "blocker"
     blocker.write_text("a regular file where a directory should go\n")
     socket_path = workdir / "memory.sock"
-    result = serve_to_exit(socket_path, f"sqlite:///{blocker}/sub/memory.db")
+    result = run_cli(
+        "serve", "--socket", str(socket_path), "--database", f"sqlite:///{blocker}/sub/memory.db"
+    )
     assert_clean_failure(result, "database|director")
     assert not socket_path.exists()
 
 
 def test_postgresql_url_fails_cleanly(workdir: Path) -> None:
     socket_path = workdir / "memory.sock"
-    result = serve_to_exit(socket_path, "postgresql://memory@localhost:5432/memory")
+    result = run_cli(
+        "serve",
+        "--socket",
+        str(socket_path),
+        "--database",
+        "postgresql://memory@localhost:5432/memory",
+    )
     assert_clean_failure(result, "sqlite|postgres")
     assert not socket_path.exists()
 
@@ -389,17 +375,17 @@ def test_request_logs_carry_no_content_secrets_or_params(workdir: Path) -> None:
     lines = sidecar.log_lines()
     assert len(lines) == len([t for t in text.splitlines() if t.strip()]), "non-JSON log lines"
     assert all("params" not in line for line in lines)
-    for line in request_lines(sidecar):
+    for line in sidecar.events("request"):
         assert isinstance(line["method"], str)
         assert isinstance(line["outcome"], str)
 
 
 def test_one_log_line_per_request_with_method_outcome_and_duration(workdir: Path) -> None:
     with Sidecar(workdir, "--access-log") as sidecar:
-        before = len(request_lines(sidecar))  # the start-up readiness probes
+        before = len(sidecar.events("request"))  # the start-up readiness probes
         sent = logged_session(sidecar)
         assert sidecar.stop() == 0
-    lines = request_lines(sidecar)[before:]
+    lines = sidecar.events("request")[before:]
     assert [(line.get("method"), line.get("outcome")) for line in lines] == sent
     for line in lines:
         assert isinstance(line.get("duration_ms"), int | float), line
@@ -410,7 +396,7 @@ def test_rejected_requests_are_logged_once_each(workdir: Path) -> None:
     with Sidecar(workdir, "--max-request-bytes", "2048", "--access-log") as sidecar:
         with sidecar.client() as client:
             assert client.call("sidecar.health")["status"] == "ok"
-            before = len(request_lines(sidecar))
+            before = len(sidecar.events("request"))
             oversized = b'{"jsonrpc": "2.0", "id": 2, "method": "x", "params": {}}'.ljust(3000)
             answers = [
                 client.raw(b"{not json"),
@@ -424,7 +410,7 @@ def test_rejected_requests_are_logged_once_each(workdir: Path) -> None:
             ]
             assert client.call("sidecar.health")["status"] == "ok"
         assert sidecar.stop() == 0
-    lines = request_lines(sidecar)[before:]
+    lines = sidecar.events("request")[before:]
     outcomes = [line.get("outcome") for line in lines]
     assert outcomes == ["validation_error", "not_found", "validation_error", "ok"], lines
     for line in lines:

@@ -45,10 +45,6 @@ def connection_stats(sidecar: Sidecar) -> dict[str, int]:
     return {k: int(v) for k, v in stats.items()}
 
 
-def events(sidecar: Sidecar, name: str) -> list[dict[str, object]]:
-    return [e for e in sidecar.log_lines() if e.get("event") == name]
-
-
 def closed_by_peer(sock: socket.socket, timeout: float) -> bytes:
     """Everything the sidecar still sends until it closes; AssertionError if it does not
     close within ``timeout`` seconds."""
@@ -124,7 +120,7 @@ def test_a_connection_beyond_max_connections_is_refused_politely(
     wait_for(lambda: stats()["open"] == 2, 10, "the third connection to close")
     with sidecar.client() as again:
         assert again.call("sidecar.health")["status"] == "ok"
-    assert len(events(sidecar, "connections_refused")) == 1
+    assert len(sidecar.events("connections_refused")) == 1
 
 
 # -- timeouts -------------------------------------------------------------------------------
@@ -269,7 +265,7 @@ def test_running_out_of_descriptors_pauses_accepting_and_serving_goes_on(
         waiting = [sidecar.client(timeout=20) for _ in range(spare)]
         for c in waiting:
             c.send_line(b'{"jsonrpc":"2.0","id":2,"method":"sidecar.stats"}')
-        wait_for(lambda: bool(events(sidecar, "accept_failing")), 20, "accept to fail")
+        wait_for(lambda: bool(sidecar.events("accept_failing")), 20, "accept to fail")
         time.sleep(0.5)  # several failed attempts, still one log line
         assert sidecar.proc is not None
         assert sidecar.proc.poll() is None, sidecar.log()
@@ -281,12 +277,12 @@ def test_running_out_of_descriptors_pauses_accepting_and_serving_goes_on(
         assert answered_first >= spare // 2
         for c in served:
             assert "requests" in c.call("sidecar.stats")
-        assert len(events(sidecar, "accept_failing")) == 1
+        assert len(sidecar.events("accept_failing")) == 1
         for c in first:
             c.close()
         for c in waiting:
             assert "requests" in c.read()["result"]
-        assert events(sidecar, "accept_resumed")
+        assert sidecar.events("accept_resumed")
         # A new connection would wait in the backlog now: the waiting ones fill the limit.
         assert waiting[0].call("sidecar.stats")["connections"]["acceptFailures"] >= 1
     finally:

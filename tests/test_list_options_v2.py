@@ -16,7 +16,7 @@ from openwop_memory.retrieval import estimate_tokens
 from openwop_memory_client import MemoryListOptions
 from support.backends import POSTGRES
 from support.names import uid
-from support.protocol import begin, checked_entry, error_of, later_list, put, req
+from support.protocol import checked_entry, error_of, later_list, new_run, put, req
 from support.sidecar import RawClient, Sidecar
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -37,7 +37,7 @@ def listed(client: RawClient, ref: str, tenant: str, **options: Any) -> list[str
 def fill(client: RawClient, tenant: str, contents: list[str]) -> str:
     """A fresh scope of ``tenant`` holding ``contents``, put in this order; its ref."""
     ref = uid("ref")
-    writer = begin(client, tenant)
+    writer = new_run(client, tenant)
     for content in contents:
         put(client, writer, ref, content)
     return ref
@@ -127,13 +127,13 @@ def test_relevance_ranks_matches_and_recency_ignores_the_query(client: RawClient
 def test_a_replay_ranks_as_the_original_run(client: RawClient) -> None:
     tenant = uid("t")
     ref = fill(client, tenant, ["red apple", "green apple pie", "red wine", "apple juice"])
-    run = begin(client, tenant)
+    run = new_run(client, tenant)
     options = {"rank": "relevance", "query": "red apple"}
     params = {"runId": run, "memoryRef": ref, "options": options}
     first = client.call("memory.list", **params)
     for entry in first:
         checked_entry(entry)
-    writer = begin(client, tenant)
+    writer = new_run(client, tenant)
     for n in range(20):
         put(client, writer, ref, f"apple {n}")
     client.call("run.end", runId=run)
@@ -233,7 +233,7 @@ def filtered(client: RawClient, ref: str, tenant: str, **options: Any) -> list[s
 def test_the_filter_extension(client: RawClient) -> None:
     tenant = uid("t")
     ref = uid("ref")
-    writer = begin(client, tenant)
+    writer = new_run(client, tenant)
     one = put(client, writer, ref, "note one", tags=["a", "b"])
     two = put(client, writer, ref, "note two", tags=["b"])
     put(client, writer, ref, "note three", tags=["c"])
@@ -268,7 +268,7 @@ def test_a_bad_filter_is_a_validation_error(
     client: RawClient, condition: dict[str, Any], field: str
 ) -> None:
     tenant = uid("t")
-    run = begin(client, tenant)
+    run = new_run(client, tenant)
     line = req("memory.list", {"runId": run, "memoryRef": "r", "options": {FILTER: condition}})
     err = error_of(client.raw(line), "validation_error", -32602)
     assert err.details["field"] == f"options.{FILTER}.{field}"

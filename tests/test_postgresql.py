@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from support.backends import BACKENDS, POSTGRES, Backend
-from support.names import uid
 from support.polling import wait_for
 from support.postgres import PgBouncer, PostgresServer
+from support.protocol import later_list
 from support.sidecar import EXE, RawClient, RpcError, Sidecar
 from support.store import put_request
 
@@ -50,9 +50,7 @@ def fleet(workdir: Path, count: int, backend: Backend = PG, *args: str) -> Itera
 
 
 def contents(client: RawClient, tenant: str, ref: str = "scope") -> list[str]:
-    run = uid("reader")
-    client.call("run.begin", runId=run, tenant=tenant)
-    return [e["content"] for e in client.call("memory.list", runId=run, memoryRef=ref)]
+    return [e["content"] for e in later_list(client, ref, tenant)]
 
 
 # -- exact snapshots ------------------------------------------------------------------------

@@ -17,10 +17,10 @@ from support.polling import eventually
 from support.protocol import (
     WIRE_TIME,
     assert_healthy,
-    begin,
     checked_entry,
     error_of,
     later_list,
+    new_run,
     notification,
     pipeline,
     put,
@@ -114,7 +114,7 @@ def test_run_begin_shape_resume_and_replay(client: RawClient) -> None:
 
 
 def test_run_add_secrets_shape(client: RawClient) -> None:
-    run_id = begin(client, secrets=[{"id": "k0", "value": "value-number-0"}])
+    run_id = new_run(client, secrets=[{"id": "k0", "value": "value-number-0"}])
     more = [{"id": "k1", "value": "value-number-1"}, {"id": "k2", "value": "value-number-2"}]
     assert client.call("run.addSecrets", runId=run_id, secrets=more) == {"count": 3}
     # Merging what is already there changes nothing; an empty list is a no-op.
@@ -126,7 +126,7 @@ def test_run_add_secrets_shape(client: RawClient) -> None:
 
 
 def test_run_end_shape(client: RawClient) -> None:
-    run_id = begin(client)
+    run_id = new_run(client)
     assert client.call("run.end", runId=run_id) == {"ended": True}
     assert client.call("run.end", runId=run_id) == {"ended": False}
     assert client.call("run.end", runId=uid("never")) == {"ended": False}
@@ -134,17 +134,17 @@ def test_run_end_shape(client: RawClient) -> None:
 
 def test_memory_methods_shape(client: RawClient) -> None:
     ref = client.call("memory.issueRef", tenant="t1", agent=uid("agent"))["memoryRef"]
-    writer = begin(client)
+    writer = new_run(client)
     first = put(client, writer, ref, "first", tags=["source:test", "a"])
     assert first["content"] == "first" and first["tags"] == ["source:test", "a"]
     assert "expiresAt" not in first
-    second = put(client, writer, ref, "second", expiresAt="2099-01-01T00:00:00Z")
+    second = put(client, writer, ref, "second", expires_at="2099-01-01T00:00:00Z")
     assert second["tags"] == [] and second["expiresAt"] == "2099-01-01T00:00:00.000000Z"
     assert isinstance(first["id"], str) and first["id"] and first["id"] != second["id"]
     # Text order of the wire times is their time order.
     assert first["createdAt"] <= second["createdAt"]
 
-    reader = begin(client)
+    reader = new_run(client)
     assert client.call("memory.list", runId=reader, memoryRef=ref) == [second, first]
     assert client.call("memory.get", runId=reader, memoryRef=ref, id=first["id"]) == first
     assert client.call("memory.get", runId=reader, memoryRef=ref, id="mem_nope") is None
@@ -172,7 +172,7 @@ def test_stats_count_methods_and_error_codes(client: RawClient) -> None:
 
     before = client.call("sidecar.stats")
     client.error("memory.get", runId=uid("never"), memoryRef="x", id="y")
-    run_id = begin(client, secrets=[{"id": "k", "value": "stats-secret-value"}])
+    run_id = new_run(client, secrets=[{"id": "k", "value": "stats-secret-value"}])
     put(client, run_id, uid("ref"), "a stats-secret-value b")
     after = client.call("sidecar.stats")
     assert count(after, "memory.get", "not_found") == count(before, "memory.get", "not_found") + 1
@@ -185,7 +185,7 @@ def test_stats_count_methods_and_error_codes(client: RawClient) -> None:
 
 def test_health_and_stats_carry_no_content(client: RawClient) -> None:
     marker = uid("CONTENTMARK")
-    run_id = begin(client, secrets=[{"id": "k", "value": marker + "-secret"}])
+    run_id = new_run(client, secrets=[{"id": "k", "value": marker + "-secret"}])
     put(client, run_id, marker, f"{marker} {marker}-secret", tags=[marker])
     text = json.dumps([client.call("sidecar.health"), client.call("sidecar.stats")])
     assert marker not in text
@@ -265,7 +265,7 @@ def test_batch_of_numbers_gets_one_error_each(client: RawClient) -> None:
 
 
 def test_batch_of_notifications_gets_no_response(client: RawClient) -> None:
-    writer = begin(client)
+    writer = new_run(client)
     ref = uid("ref")
     batch = [
         json.loads(
@@ -293,7 +293,7 @@ def test_batch_answers_only_its_requests(client: RawClient) -> None:
 
 
 def test_notification_gets_no_response_but_takes_effect(client: RawClient) -> None:
-    writer = begin(client)
+    writer = new_run(client)
     ref = uid("ref")
     client.send_line(
         notification("memory.put", {"runId": writer, "memoryRef": ref, "entry": {"content": "n"}})
@@ -335,7 +335,7 @@ def test_pipelining_fifty_requests(client: RawClient) -> None:
 
 
 def test_pipelined_puts_all_committed(client: RawClient) -> None:
-    writer = begin(client)
+    writer = new_run(client)
     ref = uid("ref")
     lines = [
         req("memory.put", {"runId": writer, "memoryRef": ref, "entry": {"content": f"p{i}"}}, i)
@@ -357,7 +357,7 @@ def test_pipelined_then_disconnect_without_reading(
     shared_sidecar: Sidecar, client: RawClient
 ) -> None:
     errors_before = len(error_lines(shared_sidecar))
-    writer = begin(client)
+    writer = new_run(client)
     ref = uid("ref")
     with shared_sidecar.client() as quitter:
         quitter.sock.sendall(
@@ -420,14 +420,14 @@ def test_half_line_then_disconnect_harms_no_one(shared_sidecar: Sidecar, client:
 
 
 def test_half_line_stall_does_not_block_others(shared_sidecar: Sidecar, client: RawClient) -> None:
-    writer = begin(client)
+    writer = new_run(client)
     ref = uid("ref")
     line = req("memory.put", {"runId": writer, "memoryRef": ref, "entry": {"content": "s"}}, "s")
     with shared_sidecar.client(timeout=10) as staller:
         staller.sock.sendall(line[:20])
         # Another connection does real work while the first one stalls mid-line.
         with shared_sidecar.client() as other:
-            other_run = begin(other)
+            other_run = new_run(other)
             put(other, other_run, uid("ref"), "meanwhile")
             assert other.call("sidecar.health")["status"] == "ok"
         # The stalled request is still pending, not executed and not rejected.
@@ -462,7 +462,7 @@ def test_invalid_utf8_is_a_parse_error(client: RawClient, line: bytes) -> None:
 
 @pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "a\\ud800b", "\\ud800\\ud800"])
 def test_lone_surrogate_escape_is_a_clean_error(client: RawClient, escape: str) -> None:
-    writer = begin(client)
+    writer = new_run(client)
     ref = uid("ref")
     params = {"runId": writer, "memoryRef": ref, "entry": {"content": "PLACEHOLDER"}}
     line = req("memory.put", params, "sur").replace(b"PLACEHOLDER", escape.encode())
@@ -478,7 +478,7 @@ def test_lone_surrogate_escape_is_a_clean_error(client: RawClient, escape: str) 
 
 
 def test_paired_surrogate_escape_is_accepted(client: RawClient) -> None:
-    writer = begin(client)
+    writer = new_run(client)
     line = req("memory.put", {"runId": writer, "memoryRef": uid(), "entry": {"content": "x"}})
     line = line.replace(b'"x"', b'"\\ud83d\\ude00"')
     answer = client.raw(line)
@@ -489,7 +489,7 @@ def test_paired_surrogate_escape_is_accepted(client: RawClient) -> None:
     "literal", ["123456789012345678901234567890", "-123456789012345678901234567890", "1e400"]
 )
 def test_huge_numbers_never_crash(shared_sidecar: Sidecar, client: RawClient, literal: str) -> None:
-    run_id = begin(client)
+    run_id = new_run(client)
     params = {"runId": run_id, "memoryRef": "x", "options": {"limit": 424242}}
     as_limit = req("memory.list", params, "n").replace(b"424242", literal.encode())
     answer = client.raw(as_limit)

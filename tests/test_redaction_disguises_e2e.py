@@ -16,11 +16,8 @@ from __future__ import annotations
 import json
 import random
 import re
-import sqlite3
-import stat
-from contextlib import closing
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from support.disguises import (
@@ -32,7 +29,9 @@ from support.disguises import (
     public_prefix,
     split_across_fields,
 )
-from support.schemas import check_entry, check_envelope
+from support.on_disk import entry_count, files_of
+from support.protocol import leaked_ids, put_error, secrets_param
+from support.schemas import check_entry
 from support.sidecar import RawClient, RpcError, Sidecar
 
 TENANT = "t-disguise"
@@ -53,10 +52,6 @@ MAX_TAG_CHARS = 256
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def secrets_param(**by_id: str) -> list[dict[str, str]]:
-    return [{"id": k, "value": v} for k, v in by_id.items()]
-
-
 def marker(secret_id: str) -> str:
     return f"[REDACTED:{secret_id}]"
 
@@ -66,20 +61,6 @@ def put_response(c: RawClient, run: str, content: str, tags: list[str]) -> dict[
         "memory.put",
         {"runId": run, "memoryRef": REF, "entry": {"content": content, "tags": tags}},
     )
-
-
-def files_of(workdir: Path) -> dict[str, bytes]:
-    """Every regular file under ``workdir`` (database, WAL, shared memory, log), as bytes."""
-    return {
-        str(path.relative_to(workdir)): path.read_bytes()
-        for path in sorted(workdir.rglob("*"))
-        if stat.S_ISREG(path.lstat().st_mode)
-    }
-
-
-def entry_count(database: Path) -> int:
-    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-        return int(db.execute("SELECT count(*) FROM entries").fetchone()[0])
 
 
 def needles_of(secret: str) -> dict[str, bytes]:
@@ -204,21 +185,11 @@ def test_no_form_of_a_secret_reaches_the_files_or_the_log(workdir: Path) -> None
 POLICY_DISGUISES = ["raw", "base64", "fullwidth", "spaced", "hex_lower", "zero_width_space"]
 
 
-def _leak(err: RpcError, *secrets: str) -> list[str]:
-    """``err`` is ``secret_leakage``; it names fields and ids, never the value in any form."""
-    check_envelope(err.error)
-    assert (err.code, err.rpc_code) == ("secret_leakage", -32010), err.error
+def leaked(err: RpcError, *secrets: str) -> list[str]:
+    """The ids a ``secret_leakage`` error names (see :func:`support.protocol.leaked_ids`);
+    it shows none of ``secrets`` in any of their forms."""
     assert_no_secret_in(json.dumps(err.error, ensure_ascii=False), *secrets)
-    assert CONTENT_MARKER not in json.dumps(err.error)
-    ids = err.details.get("secretIds")
-    assert isinstance(ids, list) and all(isinstance(i, str) for i in ids), err.error
-    return cast(list[str], ids)
-
-
-def _put_error(c: RawClient, run: str, content: str, tags: list[str] | None = None) -> RpcError:
-    response = put_response(c, run, content, tags or [])
-    assert "error" in response, f"the put should have failed: {response}"
-    return RpcError(response["error"])
+    return leaked_ids(err, CONTENT_MARKER)
 
 
 @pytest.mark.sqlite_only
@@ -228,12 +199,14 @@ def test_reject_refuses_every_form_and_stores_nothing(workdir: Path) -> None:
         for secret_id, secret in SECRETS.items():
             for name in POLICY_DISGUISES:
                 disguised = DISGUISES[name](secret)
-                assert secret_id in _leak(
-                    _put_error(c, "w", f"{CONTENT_MARKER} {disguised} end"), secret
+                assert secret_id in leaked(
+                    put_error(c, "w", REF, f"{CONTENT_MARKER} {disguised} end"), secret
                 ), name
-                assert secret_id in _leak(_put_error(c, "w", "clean", ["ok", disguised]), secret)
+                assert secret_id in leaked(
+                    put_error(c, "w", REF, "clean", ["ok", disguised]), secret
+                )
             content, tags = split_across_fields(secret, 4, before=f"{CONTENT_MARKER} ")
-            assert secret_id in _leak(_put_error(c, "w", content, tags), secret)
+            assert secret_id in leaked(put_error(c, "w", REF, content, tags), secret)
         assert entry_count(s.database) == 0
         log = s.log().encode()
     for secret in SECRETS.values():
@@ -258,13 +231,13 @@ def test_reject_disguised_rewrites_the_raw_value_and_refuses_a_disguise(workdir:
                 disguised = DISGUISES[name](secret)
                 if disguised == secret:
                     continue  # e.g. fullwidth of a value without ASCII (not the case here)
-                err = _put_error(c, "w", f"{CONTENT_MARKER} {disguised} end")
-                assert secret_id in _leak(err, secret), name
+                err = put_error(c, "w", REF, f"{CONTENT_MARKER} {disguised} end")
+                assert secret_id in leaked(err, secret), name
             content, tags = split_across_fields(secret, 4, before=f"{CONTENT_MARKER} ")
-            assert secret_id in _leak(_put_error(c, "w", content, tags), secret)
+            assert secret_id in leaked(put_error(c, "w", REF, content, tags), secret)
             # Raw in one field and disguised in another: refused as a whole.
             encoded = DISGUISES["base64"](secret)
-            assert secret_id in _leak(_put_error(c, "w", f"{secret} {encoded}"), secret)
+            assert secret_id in leaked(put_error(c, "w", REF, f"{secret} {encoded}"), secret)
         assert entry_count(s.database) == stored
         c.call("run.begin", runId="r", tenant=TENANT)
         view = c.call("memory.list", runId="r", memoryRef=REF)
@@ -301,7 +274,7 @@ def test_credential_patterns_policy(workdir: Path, policy: str) -> None:
             response = put_response(c, "w", content, [f"k:{cred}"])
             if policy == "reject":
                 assert "error" in response, response
-                ids = _leak(RpcError(response["error"]), cred)
+                ids = leaked(RpcError(response["error"]), cred)
                 assert ids and all(i.startswith("pattern:") for i in ids), ids
                 continue
             assert "result" in response, response

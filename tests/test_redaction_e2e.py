@@ -9,76 +9,34 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sqlite3
-import stat
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from support.schemas import check_capabilities, check_entry, check_envelope
+from support.on_disk import entry_count, files_of
+from support.protocol import (
+    TENANT,
+    begin,
+    later_list,
+    leaked_ids,
+    put,
+    put_error,
+    secrets_param,
+)
+from support.schemas import check_capabilities, check_envelope
 from support.shared import SharedClient
-from support.sidecar import RawClient, RpcError, Sidecar
+from support.sidecar import RawClient, Sidecar
 
-TENANT = "t-redact"
 ALPHA = "SECRET-ALPHA-9f8e7d6c"
 BETA = "SECRET-BETA-0a1b2c3d4e"
 GAMMA = "sk_GAMMA_55aa66bb77cc"
 ALL_SECRETS = (ALPHA, BETA, GAMMA)
+# What no error of a put rejected for a secret may show: the secrets and the rest of the entry.
+NEVER_SHOWN = (*ALL_SECRETS, "REJECT-MARKER")
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def secrets(**by_id: str) -> list[dict[str, str]]:
-    return [{"id": k, "value": v} for k, v in by_id.items()]
-
-
-def begin(c: RawClient, run: str, tenant: str = TENANT, **params: Any) -> dict[str, Any]:
-    return cast(dict[str, Any], c.call("run.begin", runId=run, tenant=tenant, **params))
-
-
-def put(
-    c: RawClient, run: str, ref: str, content: str, tags: list[str] | None = None, **params: Any
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {"content": content}
-    if tags is not None:
-        entry["tags"] = tags
-    result = c.call("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
-    check_entry(result)
-    return cast(dict[str, Any], result)
-
-
-def put_error(
-    c: RawClient, run: str, ref: str, content: str, tags: list[str] | None = None, **params: Any
-) -> RpcError:
-    entry: dict[str, Any] = {"content": content}
-    if tags is not None:
-        entry["tags"] = tags
-    err = c.error("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
-    check_envelope(err.error)
-    return err
-
-
-def later_view(c: RawClient, ref: str, run: str) -> list[dict[str, Any]]:
-    """What a run begun now sees in ``ref``."""
-    begin(c, run)
-    return cast(list[dict[str, Any]], c.call("memory.list", runId=run, memoryRef=ref))
-
-
-def entry_count(database: Path) -> int:
-    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-        return int(db.execute("SELECT count(*) FROM entries").fetchone()[0])
-
-
-def files_of(workdir: Path) -> dict[str, bytes]:
-    """Every regular file under ``workdir`` (database, WAL, shared memory, logs), as bytes."""
-    out = {}
-    for path in sorted(workdir.rglob("*")):
-        if stat.S_ISREG(path.lstat().st_mode):
-            out[str(path.relative_to(workdir))] = path.read_bytes()
-    return out
 
 
 def assert_absent(files: dict[str, bytes], needles: list[str]) -> None:
@@ -93,33 +51,23 @@ def assert_no_secret(value: Any) -> None:
         assert s not in text, text
 
 
-# -- a sidecar shared by this module's tests ----------------------------------------------
-
-
-@pytest.fixture
-def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
-    """Overrides conftest's ``client``: these tests keep apart by per-test name prefixes."""
-    with SharedClient.connect(shared_sidecar) as c:
-        yield c
-
-
 # -- rewrite ------------------------------------------------------------------------------
 
 
-def test_secrets_in_content_and_every_tag_are_replaced(client: SharedClient) -> None:
-    applied_before = client.call("sidecar.stats")["redactionsApplied"]
+def test_secrets_in_content_and_every_tag_are_replaced(shared_client: SharedClient) -> None:
+    applied_before = shared_client.call("sidecar.stats")["redactionsApplied"]
     ref = "notes"
-    begin(client, "w", secrets=secrets(k1=ALPHA, k2=BETA))
+    begin(shared_client, "w", secrets=secrets_param(k1=ALPHA, k2=BETA))
     written = [
         put(
-            client,
+            shared_client,
             "w",
             ref,
             f"a {ALPHA} b {BETA} c {ALPHA}",
             [ALPHA, f"x:{BETA}", "plain", f"{ALPHA}{BETA}", f"pre{ALPHA}post"],
         ),
-        put(client, "w", ref, f"{BETA}", ["source:test"]),
-        put(client, "w", ref, "no secret here", [f"only-tag {BETA}"]),
+        put(shared_client, "w", ref, f"{BETA}", ["source:test"]),
+        put(shared_client, "w", ref, "no secret here", [f"only-tag {BETA}"]),
     ]
     assert written[0]["content"] == "a [REDACTED:k1] b [REDACTED:k2] c [REDACTED:k1]"
     assert written[0]["tags"] == [
@@ -137,34 +85,34 @@ def test_secrets_in_content_and_every_tag_are_replaced(client: SharedClient) -> 
         assert_no_secret(e)
 
     # What put returned is exactly what is read back, by list, tag list and get.
-    view = later_view(client, ref, "r")
+    view = later_list(shared_client, ref, run="r")
     assert view == written[::-1]
-    assert client.call("memory.list", runId="r", memoryRef=ref, options={"tag": "plain"}) == [
-        written[0]
-    ]
-    assert client.call(
+    assert shared_client.call(
+        "memory.list", runId="r", memoryRef=ref, options={"tag": "plain"}
+    ) == [written[0]]
+    assert shared_client.call(
         "memory.list", runId="r", memoryRef=ref, options={"tag": "[REDACTED:k1]"}
     ) == [written[0]]
-    assert client.call("memory.list", runId="r", memoryRef=ref, options={"tag": ALPHA}) == []
+    assert shared_client.call("memory.list", runId="r", memoryRef=ref, options={"tag": ALPHA}) == []
     for e in written:
-        assert client.call("memory.get", runId="r", memoryRef=ref, id=e["id"]) == e
+        assert shared_client.call("memory.get", runId="r", memoryRef=ref, id=e["id"]) == e
     # At least one per redacted put, however the counter counts (this sidecar: 9, one per
     # secret id per field).
-    assert client.call("sidecar.stats")["redactionsApplied"] - applied_before >= 3
+    assert shared_client.call("sidecar.stats")["redactionsApplied"] - applied_before >= 3
 
 
-def test_tags_equal_after_redaction_are_one_tag(client: SharedClient) -> None:
-    begin(client, "w", secrets=secrets(k=ALPHA))
-    entry = put(client, "w", "n", "c", [f"x {ALPHA}", "x [REDACTED:k]", "y"])
+def test_tags_equal_after_redaction_are_one_tag(shared_client: SharedClient) -> None:
+    begin(shared_client, "w", secrets=secrets_param(k=ALPHA))
+    entry = put(shared_client, "w", "n", "c", [f"x {ALPHA}", "x [REDACTED:k]", "y"])
     assert entry["tags"] == ["x [REDACTED:k]", "y"]
-    assert later_view(client, "n", "r") == [entry]
+    assert later_list(shared_client, "n", run="r") == [entry]
 
 
-def test_longest_secret_wins(client: SharedClient) -> None:
+def test_longest_secret_wins(shared_client: SharedClient) -> None:
     # Registered shortest first, so registration order cannot be what makes it work.
-    begin(client, "w", secrets=secrets(short="abcdefgh", long="abcdefgh12345678"))
+    begin(shared_client, "w", secrets=secrets_param(short="abcdefgh", long="abcdefgh12345678"))
     entry = put(
-        client,
+        shared_client,
         "w",
         "n",
         "abcdefgh12345678 abcdefgh abcdefgh1234 abcdefghabcdefgh12345678 xabcdefgh12345678x",
@@ -177,16 +125,16 @@ def test_longest_secret_wins(client: SharedClient) -> None:
     )
     # The third tag became the first one after redaction, so it is dropped as a duplicate.
     assert entry["tags"] == ["[REDACTED:long]", "[REDACTED:short]"]
-    assert later_view(client, "n", "r") == [entry]
+    assert later_list(shared_client, "n", run="r") == [entry]
 
 
-def test_regex_characters_are_literal_and_case_is_not(client: SharedClient) -> None:
+def test_regex_characters_are_literal_and_case_is_not(shared_client: SharedClient) -> None:
     # Folded, the first value has only 7 letters, too few to match loosely: it is matched
     # verbatim. The second is long enough that its case changes count as the secret.
     special = "p.ss(w)rd+[x]*?"
-    begin(client, "w", secrets=secrets(re=special, case="CaseSensitive-1"))
+    begin(shared_client, "w", secrets=secrets_param(re=special, case="CaseSensitive-1"))
     entry = put(
-        client,
+        shared_client,
         "w",
         "n",
         f"pXss(w)rd+[x]*? {special} casesensitive-1 CaseSensitive-1",
@@ -194,87 +142,94 @@ def test_regex_characters_are_literal_and_case_is_not(client: SharedClient) -> N
     )
     assert entry["content"] == "pXss(w)rd+[x]*? [REDACTED:re] [REDACTED:case] [REDACTED:case]"
     assert entry["tags"] == ["a[REDACTED:re]b", "p.ss(w)rd+[x]"]
-    assert later_view(client, "n", "r") == [entry]
+    assert later_list(shared_client, "n", run="r") == [entry]
 
 
-def test_secrets_added_later_and_on_resume_are_used(client: SharedClient) -> None:
-    begin(client, "w", secrets=secrets(a=ALPHA))
-    before = put(client, "w", "n", f"{ALPHA} {BETA}")
+def test_secrets_added_later_and_on_resume_are_used(shared_client: SharedClient) -> None:
+    begin(shared_client, "w", secrets=secrets_param(a=ALPHA))
+    before = put(shared_client, "w", "n", f"{ALPHA} {BETA}")
     assert before["content"] == f"[REDACTED:a] {BETA}"  # BETA is not registered yet
-    assert client.call("run.addSecrets", runId="w", secrets=secrets(b=BETA)) == {"count": 2}
-    after = put(client, "w", "n", f"{ALPHA} {BETA} {GAMMA}", [BETA])
+    assert shared_client.call("run.addSecrets", runId="w", secrets=secrets_param(b=BETA)) == {
+        "count": 2
+    }
+    after = put(shared_client, "w", "n", f"{ALPHA} {BETA} {GAMMA}", [BETA])
     assert after["content"] == f"[REDACTED:a] [REDACTED:b] {GAMMA}"
     assert after["tags"] == ["[REDACTED:b]"]
     # Re-beginning the open run merges its secrets into the keyring.
-    assert begin(client, "w", secrets=secrets(g=GAMMA))["resumed"] is True
-    resumed = put(client, "w", "n", f"{ALPHA} {BETA} {GAMMA}")
+    assert begin(shared_client, "w", secrets=secrets_param(g=GAMMA))["resumed"] is True
+    resumed = put(shared_client, "w", "n", f"{ALPHA} {BETA} {GAMMA}")
     assert resumed["content"] == "[REDACTED:a] [REDACTED:b] [REDACTED:g]"
-    assert client.call("run.addSecrets", runId="w", secrets=[]) == {"count": 3}
-    assert later_view(client, "n", "r") == [resumed, after, before]
+    assert shared_client.call("run.addSecrets", runId="w", secrets=[]) == {"count": 3}
+    assert later_list(shared_client, "n", run="r") == [resumed, after, before]
 
 
-def test_concurrent_secret_merges_lose_nothing(client: SharedClient) -> None:
-    begin(client, "w")
+def test_concurrent_secret_merges_lose_nothing(shared_client: SharedClient) -> None:
+    begin(shared_client, "w")
     values = {f"s{i}": f"MERGE-{hashlib.sha256(bytes([i])).hexdigest()[:24]}" for i in range(24)}
     # Pipelined on one connection, the merges run concurrently; each compiles its keyring off
     # the event loop, so they finish in any order and must not overwrite one another.
     for i, (secret_id, value) in enumerate(values.items()):
-        params = client.scoped({"runId": "w", "secrets": secrets(**{secret_id: value})})
+        params = shared_client.scoped(
+            {"runId": "w", "secrets": secrets_param(**{secret_id: value})}
+        )
         request = {"jsonrpc": "2.0", "id": 1000 + i, "method": "run.addSecrets", "params": params}
-        client.send_line(json.dumps(request).encode())
-    counts = sorted(client.read()["result"]["count"] for _ in values)
+        shared_client.send_line(json.dumps(request).encode())
+    counts = sorted(shared_client.read()["result"]["count"] for _ in values)
     assert counts[-1] == len(values)
-    entry = put(client, "w", "n", " ".join(values.values()))
+    entry = put(shared_client, "w", "n", " ".join(values.values()))
     assert entry["content"] == " ".join(f"[REDACTED:{k}]" for k in values)
 
 
-def test_a_secret_id_may_not_carry_a_secret_value(client: SharedClient) -> None:
+def test_a_secret_id_may_not_carry_a_secret_value(shared_client: SharedClient) -> None:
     # The id is written into every marker: an id holding a value would store the value.
     for where in ("run.begin", "run.addSecrets"):
         if where == "run.begin":
-            err = client.error(
-                "run.begin", runId=f"w-{where}", tenant=TENANT, secrets=secrets(**{ALPHA: ALPHA})
+            err = shared_client.error(
+                "run.begin",
+                runId=f"w-{where}",
+                tenant=TENANT,
+                secrets=secrets_param(**{ALPHA: ALPHA}),
             )
         else:
-            begin(client, f"w-{where}", secrets=secrets(a=ALPHA))
-            err = client.error(
-                "run.addSecrets", runId=f"w-{where}", secrets=secrets(**{f"x{ALPHA}": BETA})
+            begin(shared_client, f"w-{where}", secrets=secrets_param(a=ALPHA))
+            err = shared_client.error(
+                "run.addSecrets", runId=f"w-{where}", secrets=secrets_param(**{f"x{ALPHA}": BETA})
             )
         assert err.code == "validation_error"
         assert err.details["field"] == "secrets[0].id"
         assert ALPHA not in json.dumps(err.error)
 
 
-def test_a_secret_of_another_run_is_not_applied(client: SharedClient) -> None:
-    begin(client, "owner", secrets=secrets(mine=ALPHA))
-    begin(client, "stranger")
-    owned = put(client, "owner", "n", f"x {ALPHA}")
-    foreign = put(client, "stranger", "n", f"x {ALPHA}", [ALPHA])
+def test_a_secret_of_another_run_is_not_applied(shared_client: SharedClient) -> None:
+    begin(shared_client, "owner", secrets=secrets_param(mine=ALPHA))
+    begin(shared_client, "stranger")
+    owned = put(shared_client, "owner", "n", f"x {ALPHA}")
+    foreign = put(shared_client, "stranger", "n", f"x {ALPHA}", [ALPHA])
     assert owned["content"] == "x [REDACTED:mine]"
     assert foreign["content"] == f"x {ALPHA}"  # stranger's keyring does not hold it
     assert foreign["tags"] == [ALPHA]
-    assert later_view(client, "n", "r") == [foreign, owned]
+    assert later_list(shared_client, "n", run="r") == [foreign, owned]
 
 
-def test_json_escapes_do_not_hide_a_secret(client: SharedClient) -> None:
-    begin(client, "w", secrets=secrets(k=ALPHA))
+def test_json_escapes_do_not_hide_a_secret(shared_client: SharedClient) -> None:
+    begin(shared_client, "w", secrets=secrets_param(k=ALPHA))
     escaped = "".join(f"\\u{ord(ch):04x}" for ch in ALPHA)
     line = (
         '{"jsonrpc":"2.0","id":"esc","method":"memory.put",'
-        f'"params":{{"runId":"{client.prefix}w",'
+        f'"params":{{"runId":"{shared_client.prefix}w",'
         f'"memoryRef":"n","entry":{{"content":"<{escaped}>","tags":["{escaped}"]}}}}}}'
     )
-    answer = client.raw(line.encode())
+    answer = shared_client.raw(line.encode())
     assert answer["result"]["content"] == "<[REDACTED:k]>", answer
     assert answer["result"]["tags"] == ["[REDACTED:k]"], answer
 
 
-def test_redacted_output_never_holds_a_secret(client: SharedClient) -> None:
+def test_redacted_output_never_holds_a_secret(shared_client: SharedClient) -> None:
     """Replacing one secret must not make another appear (here: ``]`` of a marker)."""
     first, second = "FIRST-SECRET-1", "]tail-value-2"
-    begin(client, "w", secrets=secrets(a=first, b=second))
+    begin(shared_client, "w", secrets=secrets_param(a=first, b=second))
     content = f"{first}tail-value-2"  # holds `first`; `second` appears only after redaction
-    response = client.request(
+    response = shared_client.request(
         "memory.put", {"runId": "w", "memoryRef": "n", "entry": {"content": content}}
     )
     if "result" in response:
@@ -284,7 +239,7 @@ def test_redacted_output_never_holds_a_secret(client: SharedClient) -> None:
         check_envelope(response["error"])
         assert response["error"]["data"]["error"] in {"secret_leakage", "validation_error"}
         assert first not in json.dumps(response) and second not in json.dumps(response)
-    for e in later_view(client, "n", "r"):
+    for e in later_list(shared_client, "n", run="r"):
         assert first not in e["content"] and second not in e["content"], e
 
 
@@ -306,25 +261,28 @@ def test_tag_grown_past_256_by_redaction_is_validation_error(
     err = put_error(rpc, "w", "n", "TAG-OVERFLOW-CONTENT-c0ffee", ["x" * 200 + f" {BETA}"])
     assert err.code == "validation_error"
     assert BETA not in json.dumps(err.error)
-    assert later_view(rpc, "n", "r") == [ok]
+    assert later_list(rpc, "n", run="r") == [ok]
     assert entry_count(sidecar.database) == 1
     assert "TAG-OVERFLOW-CONTENT" not in sidecar.log()
 
 
-def test_idempotency_compares_the_redacted_entry(client: SharedClient) -> None:
-    begin(client, "with-secret", secrets=secrets(k=ALPHA))
-    first = put(client, "with-secret", "n", f"token {ALPHA}", idempotencyKey="idem")
+def test_idempotency_compares_the_redacted_entry(shared_client: SharedClient) -> None:
+    begin(shared_client, "with-secret", secrets=secrets_param(k=ALPHA))
+    first = put(shared_client, "with-secret", "n", f"token {ALPHA}", idempotencyKey="idem")
     assert first["content"] == "token [REDACTED:k]"
     # A retry by the same run: the same after redaction.
-    assert put(client, "with-secret", "n", f"token {ALPHA}", idempotencyKey="idem") == first
+    assert put(shared_client, "with-secret", "n", f"token {ALPHA}", idempotencyKey="idem") == first
     # A retry whose text already holds the marker is the same entry after redaction.
-    begin(client, "without-secret")
-    assert put(client, "without-secret", "n", "token [REDACTED:k]", idempotencyKey="idem") == first
+    begin(shared_client, "without-secret")
+    assert (
+        put(shared_client, "without-secret", "n", "token [REDACTED:k]", idempotencyKey="idem")
+        == first
+    )
     # Without the secret in its keyring the plaintext differs after redaction: conflict.
-    err = put_error(client, "without-secret", "n", f"token {ALPHA}", idempotencyKey="idem")
+    err = put_error(shared_client, "without-secret", "n", f"token {ALPHA}", idempotencyKey="idem")
     assert err.code == "conflict"
     assert ALPHA not in json.dumps(err.error)
-    assert later_view(client, "n", "r") == [first]
+    assert later_list(shared_client, "n", run="r") == [first]
 
 
 # -- reject -------------------------------------------------------------------------------
@@ -336,17 +294,6 @@ def rejecting(workdir: Path) -> Iterator[tuple[Sidecar, RawClient]]:
         yield s, c
 
 
-def _leak(err: RpcError) -> tuple[str, list[str]]:
-    assert err.code == "secret_leakage" and err.rpc_code == -32010, err.error
-    text = json.dumps(err.error)
-    for s in ALL_SECRETS:
-        assert s not in text, text
-    assert "REJECT-MARKER" not in text, text
-    ids = err.details.get("secretIds")
-    assert isinstance(ids, list) and all(isinstance(i, str) for i in ids), err.error
-    return str(err.details.get("field")), ids
-
-
 @pytest.mark.sqlite_only
 def test_reject_policy_fails_the_put_and_writes_nothing(
     rejecting: tuple[Sidecar, RawClient],
@@ -354,28 +301,27 @@ def test_reject_policy_fails_the_put_and_writes_nothing(
     s, c = rejecting
     check_capabilities(c.call("host.capabilities"))
     assert "long-term" in c.call("host.capabilities")["capabilities"]["agents"]["memoryBackends"]
-    begin(c, "w", secrets=secrets(a=ALPHA, b=BETA, g=GAMMA))
+    begin(c, "w", secrets=secrets_param(a=ALPHA, b=BETA, g=GAMMA))
 
-    field, ids = _leak(put_error(c, "w", "n", f"REJECT-MARKER {ALPHA}", ["t"]))
-    assert field in {"content", "entry.content"} and ids == ["a"]
+    err = put_error(c, "w", "n", f"REJECT-MARKER {ALPHA}", ["t"])
+    assert leaked_ids(err, *NEVER_SHOWN) == ["a"]
+    assert err.details["field"] in {"content", "entry.content"}
 
-    field, ids = _leak(
-        put_error(c, "w", "n", "REJECT-MARKER clean", ["ok", f"REJECT-MARKER {BETA}"])
-    )
-    assert re.fullmatch(r"(entry\.)?tags[\[.]1\]?", field), field
-    assert ids == ["b"]
+    err = put_error(c, "w", "n", "REJECT-MARKER clean", ["ok", f"REJECT-MARKER {BETA}"])
+    assert leaked_ids(err, *NEVER_SHOWN) == ["b"]
+    assert re.fullmatch(r"(entry\.)?tags[\[.]1\]?", err.details["field"]), err.error
 
     # Several secrets in several fields: every id, the first field.
-    field, ids = _leak(put_error(c, "w", "n", f"{GAMMA} REJECT-MARKER {ALPHA}", [f"{BETA}", "x"]))
-    assert field in {"content", "entry.content"}
-    assert sorted(ids) == ["a", "b", "g"]
+    err = put_error(c, "w", "n", f"{GAMMA} REJECT-MARKER {ALPHA}", [f"{BETA}", "x"])
+    assert sorted(leaked_ids(err, *NEVER_SHOWN)) == ["a", "b", "g"]
+    assert err.details["field"] in {"content", "entry.content"}
 
     # The key of a rejected put was not consumed.
-    _leak(put_error(c, "w", "n", f"{ALPHA}", idempotencyKey="kept-free"))
+    leaked_ids(put_error(c, "w", "n", f"{ALPHA}", idempotencyKey="kept-free"), *NEVER_SHOWN)
     clean = put(c, "w", "n", "clean content", ["clean"], idempotencyKey="kept-free")
     assert clean["content"] == "clean content"
 
-    assert later_view(c, "n", "r") == [clean]
+    assert later_list(c, "n", run="r") == [clean]
     assert entry_count(s.database) == 1
     stats = c.call("sidecar.stats")
     assert stats["requests"]["memory.put"] == {"secret_leakage": 4, "ok": 1}
@@ -410,9 +356,9 @@ def test_no_secret_in_any_file_during_and_after_a_burst(workdir: Path) -> None:
     sidecar = Sidecar(workdir)
     with sidecar, sidecar.client() as c1, sidecar.client() as c2:
         ref = str(c1.call("memory.issueRef", tenant=TENANT, agent="burst")["memoryRef"])
-        begin(c1, "burst-1", secrets=secrets(alpha=ALPHA, beta=BETA))
-        begin(c2, "burst-2", secrets=secrets(gamma=GAMMA))
-        c2.call("run.addSecrets", runId="burst-2", secrets=secrets(alpha2=ALPHA))
+        begin(c1, "burst-1", secrets=secrets_param(alpha=ALPHA, beta=BETA))
+        begin(c2, "burst-2", secrets=secrets_param(gamma=GAMMA))
+        c2.call("run.addSecrets", runId="burst-2", secrets=secrets_param(alpha2=ALPHA))
 
         # burst-1 knows alpha and beta only, burst-2 gamma and alpha: write each run's
         # own secrets so every stored value must have been redacted.
@@ -475,7 +421,7 @@ def test_no_secret_in_any_file_during_and_after_a_burst(workdir: Path) -> None:
 
 
 def test_no_content_or_tag_in_the_log_on_any_path(sidecar: Sidecar, rpc: RawClient) -> None:
-    begin(rpc, "w", secrets=secrets(a=ALPHA))
+    begin(rpc, "w", secrets=secrets_param(a=ALPHA))
     put(rpc, "w", "n", "LOGCHECK-CONTENT-ok", ["LOGCHECK-TAG-ok"], idempotencyKey="idem-1")
     conflicting = {"content": "LOGCHECK-CONTENT-conflict", "tags": ["LOGCHECK-TAG-conflict"]}
     err = rpc.error(

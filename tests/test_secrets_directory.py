@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from openwop_memory.service.secrets_directory import (
     SecretsDirectory,
 )
 from support.polling import eventually, wait_for
+from support.protocol import issue, new_run, put
 from support.sidecar import RawClient, Sidecar
 
 HOST_VALUE = "Qz7XjVk3Wq9Jx"
@@ -569,19 +569,7 @@ def start(workdir: Path, directory: Path, *args: str, env: dict[str, str] | None
 
 def stored(client: RawClient, tenant: str, content: str) -> str:
     """The content a fresh run of ``tenant``, registering no secrets, gets stored."""
-    ref = client.call("memory.issueRef", tenant=tenant, agent="agent")["memoryRef"]
-    run_id = f"run-{uuid.uuid4()}"
-    client.call("run.begin", runId=run_id, tenant=tenant)
-    entry = client.call("memory.put", runId=run_id, memoryRef=ref, entry={"content": content})
-    return str(entry["content"])
-
-
-def log_events(sidecar: Sidecar, name: str, **fields: Any) -> list[dict[str, Any]]:
-    return [
-        line
-        for line in sidecar.log_lines()
-        if line.get("event") == name and all(line.get(k) == v for k, v in fields.items())
-    ]
+    return str(put(client, new_run(client, tenant), issue(client, tenant), content)["content"])
 
 
 def assert_serving(sidecar: Sidecar) -> None:
@@ -632,7 +620,7 @@ def test_after_sighup_the_next_put_redacts_the_new_value(
         write(secrets_dir / "openai", NEW_HOST_VALUE + "\n")
         sidecar.signal(signal.SIGHUP)
         wait_for(
-            lambda: bool(log_events(sidecar, "host_secrets_reload", trigger="sighup")),
+            lambda: bool(sidecar.events("host_secrets_reload", trigger="sighup")),
             20,
             "the SIGHUP reload",
         )
@@ -666,28 +654,26 @@ def test_sighup_rereads_the_directory_and_the_sidecar_keeps_serving(
 ) -> None:
     with start(workdir, secrets_dir, "--secrets-poll-interval", "1h") as sidecar:
         sidecar_log_has_no_secret.append(sidecar)
-        [first] = log_events(sidecar, "host_secrets_loaded")
+        [first] = sidecar.events("host_secrets_loaded")
         assert (first["host_wide"], first["tenants"], first["total"]) == (1, 2, 3)
         assert first["directory"] == str(secrets_dir)
         write(secrets_dir / "tenants" / "initech" / "initech-key", NEW_HOST_VALUE)
         write(secrets_dir / "too-short", SHORT_VALUE + "\n")
         sidecar.signal(signal.SIGHUP)
         wait_for(
-            lambda: bool(log_events(sidecar, "host_secrets_reload", trigger="sighup")),
+            lambda: bool(sidecar.events("host_secrets_reload", trigger="sighup")),
             20,
             "the SIGHUP reload",
         )
-        [reload] = log_events(sidecar, "host_secrets_reload")
+        [reload] = sidecar.events("host_secrets_reload")
         assert (reload["changed"], reload["generation"]) == (True, 2)
-        assert log_events(sidecar, "host_secrets_loaded")[-1]["total"] == 4
-        [ignored] = log_events(sidecar, "host_secret_ignored")
+        assert sidecar.events("host_secrets_loaded")[-1]["total"] == 4
+        [ignored] = sidecar.events("host_secret_ignored")
         assert (ignored["secret_id"], ignored["level"]) == ("too-short", "warning")
         assert_serving(sidecar)
         sidecar.signal(signal.SIGHUP)  # nothing changed this time
-        wait_for(
-            lambda: len(log_events(sidecar, "host_secrets_reload")) == 2, 20, "a second reload"
-        )
-        assert log_events(sidecar, "host_secrets_reload")[-1]["changed"] is False
+        wait_for(lambda: len(sidecar.events("host_secrets_reload")) == 2, 20, "a second reload")
+        assert sidecar.events("host_secrets_reload")[-1]["changed"] is False
         assert_serving(sidecar)
         assert sidecar.stop() == 0
 
@@ -695,7 +681,7 @@ def test_sighup_rereads_the_directory_and_the_sidecar_keeps_serving(
 def test_sighup_without_a_secrets_dir_does_not_stop_the_sidecar(workdir: Path) -> None:
     with Sidecar(workdir) as sidecar:
         sidecar.signal(signal.SIGHUP)
-        wait_for(lambda: bool(log_events(sidecar, "signal_ignored", signal="SIGHUP")), 20, "SIGHUP")
+        wait_for(lambda: bool(sidecar.events("signal_ignored", signal="SIGHUP")), 20, "SIGHUP")
         assert_serving(sidecar)
         assert sidecar.stop() == 0
 
@@ -707,11 +693,11 @@ def test_the_poll_notices_a_change_without_a_signal(
         sidecar_log_has_no_secret.append(sidecar)
         write(secrets_dir / "openai", NEW_HOST_VALUE)
         wait_for(
-            lambda: bool(log_events(sidecar, "host_secrets_reload", trigger="poll")),
+            lambda: bool(sidecar.events("host_secrets_reload", trigger="poll")),
             20,
             "the poll to reload",
         )
-        [reload] = log_events(sidecar, "host_secrets_reload")
+        [reload] = sidecar.events("host_secrets_reload")
         assert (reload["changed"], reload["generation"]) == (True, 2)
         assert_serving(sidecar)
 
@@ -722,15 +708,15 @@ def test_a_missing_secrets_dir_starts_empty_and_is_read_once_created(
     directory = workdir / "later"
     with start(workdir, directory, "--secrets-poll-interval", "0.2") as sidecar:
         sidecar_log_has_no_secret.append(sidecar)
-        [missing] = log_events(sidecar, "host_secrets_dir_missing")
+        [missing] = sidecar.events("host_secrets_dir_missing")
         assert missing["level"] == "warning"
         write(directory / "openai", HOST_VALUE)
         wait_for(
-            lambda: bool(log_events(sidecar, "host_secrets_loaded", total=1)),
+            lambda: bool(sidecar.events("host_secrets_loaded", total=1)),
             20,
             "the poll to read the new directory",
         )
-        assert len(log_events(sidecar, "host_secrets_dir_missing")) == 1  # one warning only
+        assert len(sidecar.events("host_secrets_dir_missing")) == 1  # one warning only
         assert_serving(sidecar)
 
 
@@ -760,11 +746,11 @@ def test_secrets_dir_from_the_environment_or_toml(
         config.write_text(f'secrets_dir = "{secrets_dir}"\nsecrets_poll_interval = "200ms"\n')
         args += ["--config", str(config)]
     with Sidecar(workdir, *args, env=env) as sidecar:
-        [first] = log_events(sidecar, "host_secrets_loaded")
+        [first] = sidecar.events("host_secrets_loaded")
         assert (first["directory"], first["total"]) == (str(secrets_dir), 3)
         write(secrets_dir / "openai", NEW_HOST_VALUE)  # picked up at the 200 ms poll
         wait_for(
-            lambda: bool(log_events(sidecar, "host_secrets_reload", trigger="poll")),
+            lambda: bool(sidecar.events("host_secrets_reload", trigger="poll")),
             20,
             "the poll to reload",
         )

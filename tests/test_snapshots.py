@@ -7,65 +7,27 @@ Commit order is read back from the database file (read-only) where the wire cann
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from support.protocol import assert_run_not_found
-from support.schemas import check_entry, check_envelope
+from support.on_disk import query
+from support.protocol import (
+    TENANT,
+    assert_run_not_found,
+    begin,
+    delete,
+    get,
+    issue,
+    listing,
+    put,
+)
+from support.schemas import check_envelope
 from support.shared import SharedClient
-from support.sidecar import Pair, RawClient, RpcError, Sidecar, sidecars_sharing_a_database
-
-TENANT = "t-snap"
-
+from support.sidecar import Pair, RpcError, Sidecar, sidecars_sharing_a_database
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def begin(c: RawClient, run: str, tenant: str = TENANT, **params: Any) -> dict[str, Any]:
-    return cast(dict[str, Any], c.call("run.begin", runId=run, tenant=tenant, **params))
-
-
-def put(
-    c: RawClient, run: str, ref: str, content: str, tags: list[str] | None = None
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {"content": content}
-    if tags is not None:
-        entry["tags"] = tags
-    result = c.call("memory.put", runId=run, memoryRef=ref, entry=entry)
-    check_entry(result)
-    return cast(dict[str, Any], result)
-
-
-def listing(c: RawClient, run: str, ref: str, **options: Any) -> list[dict[str, Any]]:
-    params: dict[str, Any] = {"runId": run, "memoryRef": ref}
-    if options:
-        params["options"] = options
-    result = c.call("memory.list", **params)
-    assert isinstance(result, list)
-    for entry in result:
-        check_entry(entry)
-    return cast(list[dict[str, Any]], result)
-
-
-def get(c: RawClient, run: str, ref: str, entry_id: str) -> dict[str, Any] | None:
-    result = c.call("memory.get", runId=run, memoryRef=ref, id=entry_id)
-    if result is not None:
-        check_entry(result)
-    return cast(dict[str, Any] | None, result)
-
-
-def delete(c: RawClient, run: str, ref: str, entry_id: str) -> bool:
-    result = c.call("memory.delete", runId=run, memoryRef=ref, id=entry_id)
-    assert isinstance(result, bool)
-    return result
-
-
-def issue(c: RawClient, agent: str = "agent", tenant: str = TENANT) -> str:
-    return str(c.call("memory.issueRef", tenant=tenant, agent=agent)["memoryRef"])
 
 
 def ids(entries: list[dict[str, Any]]) -> list[str]:
@@ -99,120 +61,109 @@ def pipelined(c: SharedClient, requests: list[tuple[str, dict[str, Any]]]) -> li
 
 def commit_seqs(database: Path, entry_ids: list[str]) -> dict[str, int]:
     """Each entry's commit sequence number, read from the database file (read-only)."""
-    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-        marks = ",".join("?" * len(entry_ids))
-        rows = db.execute(f"SELECT id, seq FROM entries WHERE id IN ({marks})", entry_ids)
-        return {str(i): int(s) for i, s in rows.fetchall()}
-
-
-# -- a sidecar shared by this module's tests ----------------------------------------------
-
-
-@pytest.fixture
-def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
-    """Overrides conftest's ``client``: these tests keep apart by per-test name prefixes."""
-    with SharedClient.connect(shared_sidecar) as c:
-        yield c
+    marks = ",".join("?" * len(entry_ids))
+    rows = query(database, f"SELECT id, seq FROM entries WHERE id IN ({marks})", tuple(entry_ids))
+    return {str(i): int(s) for i, s in rows}
 
 
 # -- isolation ----------------------------------------------------------------------------
 
 
-def test_writes_by_other_runs_after_begin_are_invisible(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "writer")
-    before = put(client, "writer", ref, "written before the reader began", ["k"])
-    reader = begin(client, "reader")
-    after = put(client, "writer", ref, "written after the reader began", ["k"])
+def test_writes_by_other_runs_after_begin_are_invisible(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "writer")
+    before = put(shared_client, "writer", ref, "written before the reader began", ["k"])
+    reader = begin(shared_client, "reader")
+    after = put(shared_client, "writer", ref, "written after the reader began", ["k"])
     # The RFC's predicate, in wire times: inside the snapshot createdAt <= snapshotAt.
     assert before["createdAt"] <= reader["snapshotAt"] <= after["createdAt"]
 
-    assert listing(client, "reader", ref) == [before]
-    assert listing(client, "reader", ref, tag="k") == [before]
-    assert get(client, "reader", ref, before["id"]) == before
-    assert get(client, "reader", ref, after["id"]) is None
+    assert listing(shared_client, "reader", ref) == [before]
+    assert listing(shared_client, "reader", ref, tag="k") == [before]
+    assert get(shared_client, "reader", ref, before["id"]) == before
+    assert get(shared_client, "reader", ref, after["id"]) is None
 
-    begin(client, "later")
-    assert listing(client, "later", ref) == [after, before]
+    begin(shared_client, "later")
+    assert listing(shared_client, "later", ref) == [after, before]
 
 
-def test_a_run_does_not_see_its_own_writes(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "self")
-    mine = put(client, "self", ref, "my own note", ["mine"])
-    assert listing(client, "self", ref) == []
-    assert listing(client, "self", ref, tag="mine") == []
-    assert get(client, "self", ref, mine["id"]) is None
+def test_a_run_does_not_see_its_own_writes(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "self")
+    mine = put(shared_client, "self", ref, "my own note", ["mine"])
+    assert listing(shared_client, "self", ref) == []
+    assert listing(shared_client, "self", ref, tag="mine") == []
+    assert get(shared_client, "self", ref, mine["id"]) is None
     # Re-beginning the same run keeps its snapshot, so the write stays invisible to it.
-    assert begin(client, "self")["resumed"] is True
-    assert listing(client, "self", ref) == []
-    begin(client, "next")
-    assert listing(client, "next", ref) == [mine]
+    assert begin(shared_client, "self")["resumed"] is True
+    assert listing(shared_client, "self", ref) == []
+    begin(shared_client, "next")
+    assert listing(shared_client, "next", ref) == [mine]
 
 
-def test_delete_after_begin_does_not_change_the_snapshot(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    kept = put(client, "w", ref, "kept")
-    doomed = put(client, "w", ref, "deleted later", ["gone"])
-    begin(client, "old-reader")
-    begin(client, "deleter")
+def test_delete_after_begin_does_not_change_the_snapshot(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    kept = put(shared_client, "w", ref, "kept")
+    doomed = put(shared_client, "w", ref, "deleted later", ["gone"])
+    begin(shared_client, "old-reader")
+    begin(shared_client, "deleter")
 
-    assert delete(client, "deleter", ref, doomed["id"]) is True
-    assert delete(client, "deleter", ref, doomed["id"]) is False  # already deleted
+    assert delete(shared_client, "deleter", ref, doomed["id"]) is True
+    assert delete(shared_client, "deleter", ref, doomed["id"]) is False  # already deleted
 
     # The older snapshot still holds the entry, by list, tag list and get.
-    assert listing(client, "old-reader", ref) == [doomed, kept]
-    assert listing(client, "old-reader", ref, tag="gone") == [doomed]
-    assert get(client, "old-reader", ref, doomed["id"]) == doomed
+    assert listing(shared_client, "old-reader", ref) == [doomed, kept]
+    assert listing(shared_client, "old-reader", ref, tag="gone") == [doomed]
+    assert get(shared_client, "old-reader", ref, doomed["id"]) == doomed
     # So does the deleter's own snapshot (deleting mid-run is not retroactive, RFC §A).
-    assert listing(client, "deleter", ref) == [doomed, kept]
-    assert get(client, "deleter", ref, doomed["id"]) == doomed
+    assert listing(shared_client, "deleter", ref) == [doomed, kept]
+    assert get(shared_client, "deleter", ref, doomed["id"]) == doomed
 
-    begin(client, "new-reader")
-    assert listing(client, "new-reader", ref) == [kept]
-    assert listing(client, "new-reader", ref, tag="gone") == []
-    assert get(client, "new-reader", ref, doomed["id"]) is None
+    begin(shared_client, "new-reader")
+    assert listing(shared_client, "new-reader", ref) == [kept]
+    assert listing(shared_client, "new-reader", ref, tag="gone") == []
+    assert get(shared_client, "new-reader", ref, doomed["id"]) is None
 
 
-def test_delete_of_an_entry_newer_than_the_callers_snapshot(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "early")
-    begin(client, "w")
-    newer = put(client, "w", ref, "written after early began")
-    assert get(client, "early", ref, newer["id"]) is None
+def test_delete_of_an_entry_newer_than_the_callers_snapshot(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "early")
+    begin(shared_client, "w")
+    newer = put(shared_client, "w", ref, "written after early began")
+    assert get(shared_client, "early", ref, newer["id"]) is None
     # The live store is meant: early may delete what it cannot see.
-    assert delete(client, "early", ref, newer["id"]) is True
-    assert delete(client, "early", ref, newer["id"]) is False
-    begin(client, "after-delete")
-    assert listing(client, "after-delete", ref) == []
-    assert delete(client, "w", ref, "mem_no_such_entry") is False
+    assert delete(shared_client, "early", ref, newer["id"]) is True
+    assert delete(shared_client, "early", ref, newer["id"]) is False
+    begin(shared_client, "after-delete")
+    assert listing(shared_client, "after-delete", ref) == []
+    assert delete(shared_client, "w", ref, "mem_no_such_entry") is False
 
 
 # -- ordering, tags, limit ----------------------------------------------------------------
 
 
-def test_newest_first_and_created_at_non_decreasing(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    written = [put(client, "w", ref, f"note {i}") for i in range(6)]
+def test_newest_first_and_created_at_non_decreasing(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    written = [put(shared_client, "w", ref, f"note {i}") for i in range(6)]
     created = [e["createdAt"] for e in written]
     assert created == sorted(created), "createdAt went backwards in commit order"
-    begin(client, "r")
-    assert listing(client, "r", ref) == written[::-1]
+    begin(shared_client, "r")
+    assert listing(shared_client, "r", ref) == written[::-1]
 
 
 @pytest.mark.sqlite_only
 def test_ties_in_created_at_are_listed_in_commit_order(
-    shared_sidecar: Sidecar, client: SharedClient
+    shared_sidecar: Sidecar, shared_client: SharedClient
 ) -> None:
-    ref = issue(client)
-    begin(client, "w")
+    ref = issue(shared_client)
+    begin(shared_client, "w")
     written: list[dict[str, Any]] = []
     # Puts sent at once on many connections start in the same turn of the sidecar's loop,
     # so they share group commits, which stamp one createdAt. (One connection's pipelined
     # lines start one per turn: the fairness gate's rule.)
-    connections = [SharedClient(client.path, client.prefix) for _ in range(40)]
+    connections = [SharedClient(shared_client.path, shared_client.prefix) for _ in range(40)]
     try:
         for burst in range(3):
             for i, conn in enumerate(connections):
@@ -228,8 +179,8 @@ def test_ties_in_created_at_are_listed_in_commit_order(
     finally:
         for conn in connections:
             conn.close()
-    begin(client, "r")
-    listed = listing(client, "r", ref, limit=1000)
+    begin(shared_client, "r")
+    listed = listing(shared_client, "r", ref, limit=1000)
     assert sorted(ids(listed)) == sorted(ids(written))
     seqs = commit_seqs(shared_sidecar.database, ids(written))
     by_commit = sorted(written, key=lambda e: seqs[e["id"]])
@@ -239,109 +190,111 @@ def test_ties_in_created_at_are_listed_in_commit_order(
     assert len(set(created)) < len(created), "no createdAt tie happened; the tie rule is untested"
 
 
-def test_tag_filter_is_set_membership(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    ab = put(client, "w", ref, "ab", ["a", "b"])
-    b = put(client, "w", ref, "b", ["b", "source:b"])
-    put(client, "w", ref, "c", ["c", "ab", "A"])
-    none = put(client, "w", ref, "untagged")
-    begin(client, "r")
-    late = put(client, "w", ref, "late b", ["b"])  # outside r's snapshot
+def test_tag_filter_is_set_membership(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    ab = put(shared_client, "w", ref, "ab", ["a", "b"])
+    b = put(shared_client, "w", ref, "b", ["b", "source:b"])
+    put(shared_client, "w", ref, "c", ["c", "ab", "A"])
+    none = put(shared_client, "w", ref, "untagged")
+    begin(shared_client, "r")
+    late = put(shared_client, "w", ref, "late b", ["b"])  # outside r's snapshot
 
-    assert listing(client, "r", ref, tag="b") == [b, ab]
-    assert listing(client, "r", ref, tag="a") == [ab]  # exact, case-sensitive, not a substring
-    assert listing(client, "r", ref, tag="source:b") == [b]
-    assert listing(client, "r", ref, tag="source") == []
-    assert listing(client, "r", ref, tag="zzz") == []
-    assert none in listing(client, "r", ref)
-    assert listing(client, "r", ref, tag="b", limit=1) == [b]
-    begin(client, "r2")
-    assert listing(client, "r2", ref, tag="b") == [late, b, ab]
+    assert listing(shared_client, "r", ref, tag="b") == [b, ab]
+    # Exact, case-sensitive, not a substring:
+    assert listing(shared_client, "r", ref, tag="a") == [ab]
+    assert listing(shared_client, "r", ref, tag="source:b") == [b]
+    assert listing(shared_client, "r", ref, tag="source") == []
+    assert listing(shared_client, "r", ref, tag="zzz") == []
+    assert none in listing(shared_client, "r", ref)
+    assert listing(shared_client, "r", ref, tag="b", limit=1) == [b]
+    begin(shared_client, "r2")
+    assert listing(shared_client, "r2", ref, tag="b") == [late, b, ab]
 
 
-def test_limit_and_host_default(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
+def test_limit_and_host_default(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
     written = pipelined(
-        client,
+        shared_client,
         [
             ("memory.put", {"runId": "w", "memoryRef": ref, "entry": {"content": f"n{i}"}})
             for i in range(105)
         ],
     )
-    begin(client, "r")
-    everything = listing(client, "r", ref, limit=1000)
+    begin(shared_client, "r")
+    everything = listing(shared_client, "r", ref, limit=1000)
     assert sorted(ids(everything)) == sorted(ids(written))
-    assert listing(client, "r", ref, limit=3) == everything[:3]
-    assert listing(client, "r", ref, limit=1) == everything[:1]
-    assert listing(client, "r", ref) == everything[:100]  # host default 100
-    assert listing(client, "r", ref, limit=0) == everything[:100]  # 0 means the default
-    assert listing(client, "r", ref, limit=5000) == everything  # capped at 1000, not an error
+    assert listing(shared_client, "r", ref, limit=3) == everything[:3]
+    assert listing(shared_client, "r", ref, limit=1) == everything[:1]
+    assert listing(shared_client, "r", ref) == everything[:100]  # host default 100
+    assert listing(shared_client, "r", ref, limit=0) == everything[:100]  # 0 means the default
+    # Capped at 1000, not an error:
+    assert listing(shared_client, "r", ref, limit=5000) == everything
 
 
 # -- replay -------------------------------------------------------------------------------
 
 
-def test_ended_run_still_reads_its_snapshot_and_resumes(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    a = put(client, "w", ref, "a", ["x"])
-    b = put(client, "w", ref, "b", ["x"])
-    first = begin(client, "replayed")
+def test_ended_run_still_reads_its_snapshot_and_resumes(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    a = put(shared_client, "w", ref, "a", ["x"])
+    b = put(shared_client, "w", ref, "b", ["x"])
+    first = begin(shared_client, "replayed")
     assert first["resumed"] is False and first["tenant"] == TENANT
-    before = listing(client, "replayed", ref)
+    before = listing(shared_client, "replayed", ref)
     assert before == [b, a]
-    assert client.call("run.end", runId="replayed") == {"ended": True}
-    assert client.call("run.end", runId="replayed") == {"ended": False}
+    assert shared_client.call("run.end", runId="replayed") == {"ended": True}
+    assert shared_client.call("run.end", runId="replayed") == {"ended": False}
 
     # Ended: list and get still answer from the persisted snapshot.
-    assert listing(client, "replayed", ref) == before
-    assert get(client, "replayed", ref, a["id"]) == a
+    assert listing(shared_client, "replayed", ref) == before
+    assert get(shared_client, "replayed", ref, a["id"]) == a
 
-    begin(client, "mutator")
-    c = put(client, "mutator", ref, "c", ["x"])
-    assert delete(client, "mutator", ref, a["id"]) is True
+    begin(shared_client, "mutator")
+    c = put(shared_client, "mutator", ref, "c", ["x"])
+    assert delete(shared_client, "mutator", ref, a["id"]) is True
     # Deletes through an ended run still work (any persisted run may delete).
-    assert delete(client, "replayed", ref, b["id"]) is True
+    assert delete(shared_client, "replayed", ref, b["id"]) is True
 
-    assert listing(client, "replayed", ref) == before
-    assert listing(client, "replayed", ref, tag="x") == before
-    assert get(client, "replayed", ref, c["id"]) is None
+    assert listing(shared_client, "replayed", ref) == before
+    assert listing(shared_client, "replayed", ref, tag="x") == before
+    assert get(shared_client, "replayed", ref, c["id"]) is None
 
-    again = begin(client, "replayed")
+    again = begin(shared_client, "replayed")
     assert again == {**first, "resumed": True}
-    assert listing(client, "replayed", ref) == before
-    assert get(client, "replayed", ref, a["id"]) == a
-    client.call("run.end", runId="replayed")
+    assert listing(shared_client, "replayed", ref) == before
+    assert get(shared_client, "replayed", ref, a["id"]) == a
+    shared_client.call("run.end", runId="replayed")
 
-    replay = begin(client, "replayed", replay=True)
+    replay = begin(shared_client, "replayed", replay=True)
     assert replay == {**first, "resumed": True}
-    assert listing(client, "replayed", ref) == before
+    assert listing(shared_client, "replayed", ref) == before
     # A replay flag on an open run is the same resume.
-    assert begin(client, "replayed", replay=True) == replay
+    assert begin(shared_client, "replayed", replay=True) == replay
 
-    begin(client, "fresh")
-    assert listing(client, "fresh", ref) == [c]
+    begin(shared_client, "fresh")
+    assert listing(shared_client, "fresh", ref) == [c]
 
 
-def test_put_after_run_end_is_not_found_until_begun_again(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "p")
-    put(client, "p", ref, "one")
-    client.call("run.end", runId="p")
-    err = client.error("memory.put", runId="p", memoryRef=ref, entry={"content": "TWO-c0de"})
+def test_put_after_run_end_is_not_found_until_begun_again(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "p")
+    put(shared_client, "p", ref, "one")
+    shared_client.call("run.end", runId="p")
+    err = shared_client.error("memory.put", runId="p", memoryRef=ref, entry={"content": "TWO-c0de"})
     assert_run_not_found(err)
     assert "TWO-c0de" not in json.dumps(err.error)
-    assert begin(client, "p")["resumed"] is True
-    two = put(client, "p", ref, "TWO-c0de")
-    begin(client, "r")
-    assert [e["content"] for e in listing(client, "r", ref)] == ["TWO-c0de", "one"]
-    assert get(client, "r", ref, two["id"]) == two
+    assert begin(shared_client, "p")["resumed"] is True
+    two = put(shared_client, "p", ref, "TWO-c0de")
+    begin(shared_client, "r")
+    assert [e["content"] for e in listing(shared_client, "r", ref)] == ["TWO-c0de", "one"]
+    assert get(shared_client, "r", ref, two["id"]) == two
 
 
-def test_never_begun_run_is_not_found_for_every_method(client: SharedClient) -> None:
-    ref = issue(client)
+def test_never_begun_run_is_not_found_for_every_method(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
     calls: list[tuple[str, dict[str, Any]]] = [
         ("memory.list", {"memoryRef": ref}),
         ("memory.get", {"memoryRef": ref, "id": "mem_x"}),
@@ -350,14 +303,14 @@ def test_never_begun_run_is_not_found_for_every_method(client: SharedClient) -> 
         ("run.addSecrets", {"secrets": [{"id": "k", "value": "0123456789"}]}),
     ]
     for method, params in calls:
-        assert_run_not_found(client.error(method, runId="never-begun", **params))
-    err = client.error("run.begin", runId="never-begun", tenant=TENANT, replay=True)
+        assert_run_not_found(shared_client.error(method, runId="never-begun", **params))
+    err = shared_client.error("run.begin", runId="never-begun", tenant=TENANT, replay=True)
     check_envelope(err.error)
     assert err.code == "replay_memory_snapshot_unavailable" and err.rpc_code == -32011
     assert err.details == {"runId": "never-begun", "reason": "unknown_run"}
-    assert client.call("run.end", runId="never-begun") == {"ended": False}
+    assert shared_client.call("run.end", runId="never-begun") == {"ended": False}
     # The failed replay did not take a snapshot.
-    assert_run_not_found(client.error("memory.list", runId="never-begun", memoryRef=ref))
+    assert_run_not_found(shared_client.error("memory.list", runId="never-begun", memoryRef=ref))
 
 
 def test_snapshots_survive_a_restart(workdir: Path) -> None:
@@ -402,16 +355,16 @@ def test_snapshots_survive_a_restart(workdir: Path) -> None:
         assert listing(c, "survivor", ref) == before
 
 
-def test_concurrent_begins_of_one_run_share_one_snapshot(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    seen = put(client, "w", ref, "before")
+def test_concurrent_begins_of_one_run_share_one_snapshot(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    seen = put(shared_client, "w", ref, "before")
     answers = pipelined(
-        client, [("run.begin", {"runId": "raced", "tenant": TENANT}) for _ in range(12)]
+        shared_client, [("run.begin", {"runId": "raced", "tenant": TENANT}) for _ in range(12)]
     )
     assert len({a["snapshotAt"] for a in answers}) == 1, answers
     assert [a["resumed"] for a in answers].count(False) == 1, answers
-    assert listing(client, "raced", ref) == [seen]
+    assert listing(shared_client, "raced", ref) == [seen]
 
 
 def test_an_evicted_run_keeps_its_snapshot(workdir: Path) -> None:

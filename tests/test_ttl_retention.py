@@ -8,73 +8,30 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from support.on_disk import query
 from support.polling import wait_for
-from support.protocol import assert_run_not_found
-from support.schemas import check_entry, check_envelope
+from support.protocol import (
+    TENANT,
+    assert_run_not_found,
+    begin,
+    delete,
+    get,
+    issue,
+    listing,
+    put,
+    put_error,
+)
+from support.schemas import check_envelope
 from support.shared import SharedClient
-from support.sidecar import RawClient, RpcError, Sidecar
-
-TENANT = "t-ttl"
-
+from support.sidecar import Sidecar
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def begin(c: RawClient, run: str, tenant: str = TENANT, **params: Any) -> dict[str, Any]:
-    return cast(dict[str, Any], c.call("run.begin", runId=run, tenant=tenant, **params))
-
-
-def put(
-    c: RawClient,
-    run: str,
-    ref: str,
-    content: str,
-    tags: list[str] | None = None,
-    expires_at: str | None = None,
-    **params: Any,
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {"content": content}
-    if tags is not None:
-        entry["tags"] = tags
-    if expires_at is not None:
-        entry["expiresAt"] = expires_at
-    result = c.call("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
-    check_entry(result)
-    return cast(dict[str, Any], result)
-
-
-def put_error(c: RawClient, run: str, ref: str, entry: dict[str, Any], **params: Any) -> RpcError:
-    err = c.error("memory.put", runId=run, memoryRef=ref, entry=entry, **params)
-    check_envelope(err.error)
-    return err
-
-
-def listing(c: RawClient, run: str, ref: str, **options: Any) -> list[dict[str, Any]]:
-    params: dict[str, Any] = {"runId": run, "memoryRef": ref}
-    if options:
-        params["options"] = options
-    return cast(list[dict[str, Any]], c.call("memory.list", **params))
-
-
-def get(c: RawClient, run: str, ref: str, entry_id: str) -> dict[str, Any] | None:
-    return cast(dict[str, Any] | None, c.call("memory.get", runId=run, memoryRef=ref, id=entry_id))
-
-
-def delete(c: RawClient, run: str, ref: str, entry_id: str) -> bool:
-    result = c.call("memory.delete", runId=run, memoryRef=ref, id=entry_id)
-    assert isinstance(result, bool)
-    return result
-
-
-def issue(c: RawClient, agent: str = "agent", tenant: str = TENANT) -> str:
-    return str(c.call("memory.issueRef", tenant=tenant, agent=agent)["memoryRef"])
 
 
 def wire_time(t: datetime) -> str:
@@ -92,58 +49,42 @@ def sleep_until(t: datetime, margin: float = 0.1) -> None:
         time.sleep(delay)
 
 
-def db_query(database: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Rows from the sidecar's SQLite file, opened read-only beside the running sidecar."""
-    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
-        return list(db.execute(sql, params).fetchall())
-
-
-# -- a sidecar shared by this module's tests ----------------------------------------------
-
-
-@pytest.fixture
-def client(shared_sidecar: Sidecar) -> Iterator[SharedClient]:
-    """Overrides conftest's ``client``: these tests keep apart by per-test name prefixes."""
-    with SharedClient.connect(shared_sidecar) as c:
-        yield c
-
-
 # -- TTL ----------------------------------------------------------------------------------
 
 
-def test_entry_is_returned_before_and_not_after_expiry(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
+def test_entry_is_returned_before_and_not_after_expiry(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
     expiry, expires_at = in_future(2.0)
     # The same instant written with an offset and nanoseconds: returned as UTC, truncated.
     offset = expiry.astimezone(timezone(timedelta(hours=2))).isoformat(timespec="microseconds")
     offset = offset[:-6] + "789" + offset[-6:]
-    short = put(client, "w", ref, "short-lived", ["ttl"], expires_at)
-    also_short = put(client, "w", ref, "short-lived too", ["ttl"], offset)
-    keep = put(client, "w", ref, "kept", ["ttl"])
+    short = put(shared_client, "w", ref, "short-lived", ["ttl"], expires_at=expires_at)
+    also_short = put(shared_client, "w", ref, "short-lived too", ["ttl"], expires_at=offset)
+    keep = put(shared_client, "w", ref, "kept", ["ttl"])
     assert short["expiresAt"] == expires_at
     assert also_short["expiresAt"] == expires_at
     assert "expiresAt" not in keep
-    begin(client, "r")  # its snapshot includes all three
-    assert listing(client, "r", ref) == [keep, also_short, short]
-    assert listing(client, "r", ref, tag="ttl") == [keep, also_short, short]
-    assert get(client, "r", ref, short["id"]) == short
+    begin(shared_client, "r")  # its snapshot includes all three
+    assert listing(shared_client, "r", ref) == [keep, also_short, short]
+    assert listing(shared_client, "r", ref, tag="ttl") == [keep, also_short, short]
+    assert get(shared_client, "r", ref, short["id"]) == short
     assert datetime.now(UTC) < expiry, "the machine is too slow for this test's timing"
 
     sleep_until(expiry)
-    assert listing(client, "r", ref) == [keep]
-    assert listing(client, "r", ref, tag="ttl") == [keep]
-    assert get(client, "r", ref, short["id"]) is None
-    assert get(client, "r", ref, also_short["id"]) is None
-    assert delete(client, "r", ref, short["id"]) is False
-    assert delete(client, "w", ref, also_short["id"]) is False
-    begin(client, "r2")
-    assert listing(client, "r2", ref) == [keep]
-    assert delete(client, "r2", ref, keep["id"]) is True
+    assert listing(shared_client, "r", ref) == [keep]
+    assert listing(shared_client, "r", ref, tag="ttl") == [keep]
+    assert get(shared_client, "r", ref, short["id"]) is None
+    assert get(shared_client, "r", ref, also_short["id"]) is None
+    assert delete(shared_client, "r", ref, short["id"]) is False
+    assert delete(shared_client, "w", ref, also_short["id"]) is False
+    begin(shared_client, "r2")
+    assert listing(shared_client, "r2", ref) == [keep]
+    assert delete(shared_client, "r2", ref, keep["id"]) is True
 
     # Expiry in the past (or now) is refused at write time (§E).
     for past in (wire_time(datetime.now(UTC) - timedelta(seconds=1)), "2001-01-01T00:00:00Z"):
-        err = put_error(client, "w", ref, {"content": "stale", "expiresAt": past})
+        err = put_error(shared_client, "w", ref, "stale", expires_at=past)
         assert err.code == "validation_error" and err.rpc_code == -32602
         assert err.details.get("field") == "entry.expiresAt"
 
@@ -158,9 +99,9 @@ def test_sweeper_removes_expired_entries_from_the_file(workdir: Path) -> None:
         begin(c, "w")
         expiry, expires_at = in_future(1.0)
         marker = "SWEEP-ME-7f3a9c"
-        doomed = put(c, "w", ref, marker, ["sweep-tag-7f3a9c"], expires_at)
+        doomed = put(c, "w", ref, marker, ["sweep-tag-7f3a9c"], expires_at=expires_at)
         keep = put(c, "w", ref, "kept", ["k"])
-        rows = db_query(s.database, "SELECT id, expires_us FROM entries ORDER BY seq")
+        rows = query(s.database, "SELECT id, expires_us FROM entries ORDER BY seq")
         assert [r[0] for r in rows] == [doomed["id"], keep["id"]]
         assert rows[1][1] is None
         assert c.call("sidecar.stats")["entriesSwept"] == 0
@@ -168,19 +109,19 @@ def test_sweeper_removes_expired_entries_from_the_file(workdir: Path) -> None:
         sleep_until(expiry, margin=0.0)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
-            remaining = db_query(s.database, "SELECT id FROM entries")
+            remaining = query(s.database, "SELECT id FROM entries")
             if [r[0] for r in remaining] == [keep["id"]]:
                 break
             time.sleep(0.1)
         else:
             raise AssertionError(f"the expired entry was not swept: {remaining}")
         # The table layout this test relies on.
-        columns = {r[1] for r in db_query(s.database, "PRAGMA table_info(entries)")}
+        columns = {r[1] for r in query(s.database, "PRAGMA table_info(entries)")}
         assert {"seq", "id", "scope_pk", "content", "tags", "expires_us"} <= columns
-        assert db_query(
-            s.database, "SELECT count(*) FROM entries WHERE content = ?", (marker,)
-        ) == [(0,)]
-        assert db_query(
+        assert query(s.database, "SELECT count(*) FROM entries WHERE content = ?", (marker,)) == [
+            (0,)
+        ]
+        assert query(
             s.database,
             "SELECT count(*) FROM entry_tags WHERE tag = ?",
             ("sweep-tag-7f3a9c",),
@@ -251,106 +192,115 @@ def test_replay_past_retention_is_unavailable(workdir: Path) -> None:
         assert listing(c, "ended", ref) == [again, b, a]
 
 
-def test_replay_of_a_run_never_begun_is_unknown_run(client: SharedClient) -> None:
-    err = client.error("run.begin", runId="ghost", tenant=TENANT, replay=True)
+def test_replay_of_a_run_never_begun_is_unknown_run(shared_client: SharedClient) -> None:
+    err = shared_client.error("run.begin", runId="ghost", tenant=TENANT, replay=True)
     check_envelope(err.error)
     assert err.code == "replay_memory_snapshot_unavailable"
     assert err.details == {"runId": "ghost", "reason": "unknown_run"}
-    assert begin(client, "ghost")["resumed"] is False
+    assert begin(shared_client, "ghost")["resumed"] is False
 
 
 # -- idempotency ----------------------------------------------------------------------------
 
 
-def test_idempotent_put_returns_the_first_entry(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    first = put(client, "w", ref, "once", ["x", "y"], idempotencyKey="k")
-    assert put(client, "w", ref, "once", ["x", "y"], idempotencyKey="k") == first
+def test_idempotent_put_returns_the_first_entry(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    first = put(shared_client, "w", ref, "once", ["x", "y"], idempotencyKey="k")
+    assert put(shared_client, "w", ref, "once", ["x", "y"], idempotencyKey="k") == first
     # Another run of the tenant retrying into the same scope gets the same entry.
-    begin(client, "w2")
-    assert put(client, "w2", ref, "once", ["x", "y"], idempotencyKey="k") == first
+    begin(shared_client, "w2")
+    assert put(shared_client, "w2", ref, "once", ["x", "y"], idempotencyKey="k") == first
     # Empty and duplicate tags are normalised before the comparison.
-    assert put(client, "w2", ref, "once", ["x", "", "y", "x"], idempotencyKey="k") == first
-    begin(client, "r")
-    assert listing(client, "r", ref) == [first]
+    assert put(shared_client, "w2", ref, "once", ["x", "", "y", "x"], idempotencyKey="k") == first
+    begin(shared_client, "r")
+    assert listing(shared_client, "r", ref) == [first]
 
 
-def test_idempotent_put_after_delete_returns_the_deleted_entry(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    first = put(client, "w", ref, "to be deleted", idempotencyKey="k-del")
-    assert delete(client, "w", ref, first["id"]) is True
-    assert put(client, "w", ref, "to be deleted", idempotencyKey="k-del") == first
-    begin(client, "r")
-    assert listing(client, "r", ref) == []  # nothing was written again
-    assert get(client, "r", ref, first["id"]) is None
+def test_idempotent_put_after_delete_returns_the_deleted_entry(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    first = put(shared_client, "w", ref, "to be deleted", idempotencyKey="k-del")
+    assert delete(shared_client, "w", ref, first["id"]) is True
+    assert put(shared_client, "w", ref, "to be deleted", idempotencyKey="k-del") == first
+    begin(shared_client, "r")
+    assert listing(shared_client, "r", ref) == []  # nothing was written again
+    assert get(shared_client, "r", ref, first["id"]) is None
 
 
-def test_idempotency_key_with_a_different_entry_is_conflict(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
+def test_idempotency_key_with_a_different_entry_is_conflict(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
     _, later = in_future(3600)
-    first = put(client, "w", ref, "original", ["t"], idempotencyKey="k-c")
-    changed: list[dict[str, Any]] = [
-        {"content": "CHANGED-CONTENT-91ad", "tags": ["t"]},
-        {"content": "original", "tags": ["t", "CHANGED-TAG-91ad"]},
-        {"content": "original"},
-        {"content": "original", "tags": ["t"], "expiresAt": later},
+    first = put(shared_client, "w", ref, "original", ["t"], idempotencyKey="k-c")
+    changed: list[tuple[str, list[str] | None, str | None]] = [
+        ("CHANGED-CONTENT-91ad", ["t"], None),
+        ("original", ["t", "CHANGED-TAG-91ad"], None),
+        ("original", None, None),
+        ("original", ["t"], later),
     ]
-    for entry in changed:
-        err = put_error(client, "w", ref, entry, idempotencyKey="k-c")
+    for content, tags, expires_at in changed:
+        err = put_error(
+            shared_client, "w", ref, content, tags, expires_at=expires_at, idempotencyKey="k-c"
+        )
         assert err.code == "conflict" and err.rpc_code == -32009, err.error
         assert "91ad" not in json.dumps(err.error)
-    begin(client, "r")
-    assert listing(client, "r", ref) == [first]
+    begin(shared_client, "r")
+    assert listing(shared_client, "r", ref) == [first]
 
 
-def test_idempotency_keys_are_per_scope(client: SharedClient) -> None:
-    ref = issue(client)
-    other_agent = issue(client, agent="other")
-    other_ns = str(
-        client.call("memory.issueRef", tenant=TENANT, agent="agent", namespace="ns2")["memoryRef"]
-    )
+def test_idempotency_keys_are_per_scope(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    other_agent = issue(shared_client, agent="other")
+    other_ns = issue(shared_client, namespace="ns2")
     plain = "plain-scope"
-    begin(client, "w")
-    entries = {r: put(client, "w", r, "same", idempotencyKey="k-s") for r in (ref, other_agent)}
-    entries[other_ns] = put(client, "w", other_ns, "same", idempotencyKey="k-s")
-    entries[plain] = put(client, "w", plain, "different content is fine here", idempotencyKey="k-s")
-    begin(client, "w-other-tenant", tenant="t-ttl-other")
-    other_tenant = issue(client, tenant="t-ttl-other")
+    begin(shared_client, "w")
+    entries = {
+        r: put(shared_client, "w", r, "same", idempotencyKey="k-s") for r in (ref, other_agent)
+    }
+    entries[other_ns] = put(shared_client, "w", other_ns, "same", idempotencyKey="k-s")
+    entries[plain] = put(
+        shared_client, "w", plain, "different content is fine here", idempotencyKey="k-s"
+    )
+    begin(shared_client, "w-other-tenant", tenant="t-ttl-other")
+    other_tenant = issue(shared_client, tenant="t-ttl-other")
     entries[other_tenant] = put(
-        client, "w-other-tenant", other_tenant, "same", idempotencyKey="k-s"
+        shared_client, "w-other-tenant", other_tenant, "same", idempotencyKey="k-s"
     )
     entries["plain-other-tenant"] = put(
-        client, "w-other-tenant", plain, "same", idempotencyKey="k-s"
+        shared_client, "w-other-tenant", plain, "same", idempotencyKey="k-s"
     )
     assert len({e["id"] for e in entries.values()}) == len(entries)
-    begin(client, "r")
+    begin(shared_client, "r")
     for r in (ref, other_agent, other_ns, plain):
-        assert listing(client, "r", r) == [entries[r]]
+        assert listing(shared_client, "r", r) == [entries[r]]
 
 
-def test_concurrent_puts_with_one_key_write_once(client: SharedClient) -> None:
-    ref = issue(client)
-    begin(client, "w")
-    request = client.scoped(
+def test_concurrent_puts_with_one_key_write_once(shared_client: SharedClient) -> None:
+    ref = issue(shared_client)
+    begin(shared_client, "w")
+    request = shared_client.scoped(
         {"runId": "w", "memoryRef": ref, "entry": {"content": "raced"}, "idempotencyKey": "r"}
     )
     lines = []
     for _ in range(20):
-        client.next_id += 1
+        shared_client.next_id += 1
         lines.append(
             json.dumps(
-                {"jsonrpc": "2.0", "id": client.next_id, "method": "memory.put", "params": request}
+                {
+                    "jsonrpc": "2.0",
+                    "id": shared_client.next_id,
+                    "method": "memory.put",
+                    "params": request,
+                }
             )
         )
-    client.sock.sendall(("\n".join(lines) + "\n").encode())
-    results = [client.read() for _ in lines]
+    shared_client.sock.sendall(("\n".join(lines) + "\n").encode())
+    results = [shared_client.read() for _ in lines]
     assert all("result" in r for r in results), results
     assert len({json.dumps(r["result"], sort_keys=True) for r in results}) == 1
-    begin(client, "r")
-    assert listing(client, "r", ref) == [results[0]["result"]]
+    begin(shared_client, "r")
+    assert listing(shared_client, "r", ref) == [results[0]["result"]]
 
 
 @pytest.mark.sqlite_only

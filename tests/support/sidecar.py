@@ -66,6 +66,21 @@ def socket_workdir(preferred: Path, short_base: Path = Path("/tmp")) -> Iterator
         shutil.rmtree(short, ignore_errors=True)
 
 
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """``openwop-memory ARGS`` run to its end (``serve`` only where it must refuse to start),
+    with ``env`` over this process's environment; its exit code and text output."""
+    return subprocess.run(
+        [EXE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
 class RpcError(Exception):
     """A JSON-RPC error response; ``.error`` is the whole error object."""
 
@@ -210,6 +225,15 @@ class Sidecar:
     def log_lines(self) -> list[dict[str, Any]]:
         """The JSON log lines written so far."""
         return [json.loads(line) for line in self.log().splitlines() if line.startswith("{")]
+
+    def events(self, name: str, **fields: Any) -> list[dict[str, Any]]:
+        """The JSON log lines written so far whose ``event`` is ``name`` (``"request"``: the
+        access log's) and that hold each of ``fields`` with its value."""
+        return [
+            line
+            for line in self.log_lines()
+            if line.get("event") == name and all(line.get(k) == v for k, v in fields.items())
+        ]
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         assert self.proc is not None
