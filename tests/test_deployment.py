@@ -30,7 +30,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from packaging.requirements import Requirement
-from support.sidecar import RawClient, Sidecar
+from support.sidecar import RawClient, Sidecar, unmeasured
 
 pytestmark = [
     pytest.mark.backend_independent,
@@ -114,6 +114,7 @@ def measure_probe(
     probe; its CPU time does not wait."""
     if env is None:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "sidecar" / "src")}
+    env = unmeasured(env)  # what it costs without coverage measurement (make test)
     walls, cpus = [], []
     for _ in range(calls):
         started = time.perf_counter()
@@ -198,7 +199,7 @@ class Measured:
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Measured]:
     """One sidecar, measured idle (the probe) and then under load."""
     workdir = tmp_path_factory.mktemp("deploy")
-    with Sidecar(workdir) as sidecar:
+    with Sidecar(workdir, measured=False) as sidecar:
         probe = measure_probe(sidecar.socket)
         load = measure_load(sidecar)
         figures = Measured(probe, load)

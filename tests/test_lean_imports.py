@@ -6,6 +6,7 @@ Each check runs in a fresh interpreter, since this test process has imported eve
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from openwop_memory.wire.jsonrpc_parts import (
     create_request,
     to_response,
 )
+from support.sidecar import unmeasured
 
 pytestmark = pytest.mark.backend_independent
 
@@ -39,10 +41,16 @@ NOT_AT_STARTUP = [
 
 
 def _modules_after(code: str) -> set[str]:
-    """``sys.modules`` of a fresh interpreter after running ``code``."""
+    """``sys.modules`` of a fresh interpreter after running ``code``. The interpreter is not
+    measured for coverage (``make test``), whose start-up would import modules of its own."""
     probe = f"import sys\n{code}\nprint(sorted(sys.modules))\n"
     done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=unmeasured(os.environ),
     )
     assert done.returncode == 0, done.stderr
     return set(ast.literal_eval(done.stdout.splitlines()[-1]))

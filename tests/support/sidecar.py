@@ -39,6 +39,12 @@ def inherited_settings(environ: Mapping[str, str]) -> list[str]:
     return [n for n in environ if n.startswith("OPENWOP_MEMORY_") or n == "NOTIFY_SOCKET"]
 
 
+def unmeasured(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the variables by which ``make test`` has every Python process it
+    starts measure its coverage: for a process whose cost or imports a test measures."""
+    return {k: v for k, v in environ.items() if not k.startswith("COVERAGE_PROCESS_")}
+
+
 def check_socket_path(path: Path) -> Path:
     """``path``, if a Unix socket can be bound there; ValueError naming the limit otherwise."""
     size = len(os.fsencode(path))
@@ -164,7 +170,9 @@ class RawClient:
 
 
 class Sidecar:
-    """``openwop-memory serve`` in a subprocess; its stderr goes to ``log_path``."""
+    """``openwop-memory serve`` in a subprocess; its stderr goes to ``log_path``. Its
+    environment is this process's with ``env`` over it; ``measured=False`` leaves coverage
+    measurement out of it (see :func:`unmeasured`)."""
 
     def __init__(
         self,
@@ -174,6 +182,7 @@ class Sidecar:
         socket_path: Path | None = None,
         env: dict[str, str] | None = None,
         backend: Backend | None = None,
+        measured: bool = True,
     ) -> None:
         self.workdir = workdir
         self.backend = backend or selected()
@@ -181,7 +190,8 @@ class Sidecar:
         self.database = database or workdir / "memory.db"
         self.log_path = workdir / f"sidecar-{os.getpid()}-{time.monotonic_ns()}.log"
         self.args = list(args)
-        self.env = {**os.environ, **(env or {})}
+        inherited = os.environ if measured else unmeasured(os.environ)
+        self.env = {**inherited, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
