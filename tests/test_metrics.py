@@ -4,14 +4,14 @@ with ``prometheus_client``'s own parser; counters that move as requests are sent
 from __future__ import annotations
 
 import http.client
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openwop_memory.service.stats import LATENCY_BUCKETS, Stats
 from prometheus_client.parser import text_string_to_metric_families
-from support.sidecar import EXE, RawClient, Sidecar
+from support.protocol import begin, issue, put
+from support.sidecar import RawClient, Sidecar, run_cli
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -37,15 +37,15 @@ def scrape(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int,
 
 
 def metrics_port(sidecar: Sidecar) -> int:
-    (line,) = [x for x in sidecar.log_lines() if x["event"] == "metrics_listening"]
+    (line,) = sidecar.events("metrics_listening")
     return int(str(line["address"]).rpartition(":")[2])
 
 
 def begin_and_put(client: RawClient, n: int) -> None:
-    ref = client.call("memory.issueRef", tenant="t-metrics", agent="a")["memoryRef"]
-    client.call("run.begin", runId="r-metrics", tenant="t-metrics")
+    ref = issue(client, "t-metrics", "a")
+    begin(client, "r-metrics", "t-metrics")
     for i in range(n):
-        client.call("memory.put", runId="r-metrics", memoryRef=ref, entry={"content": f"n{i}"})
+        put(client, "r-metrics", ref, f"n{i}")
 
 
 def test_the_http_page_counts_requests_and_serves_nothing_else(workdir: Path) -> None:
@@ -60,8 +60,7 @@ def test_the_http_page_counts_requests_and_serves_nothing_else(workdir: Path) ->
         with sidecar.client() as client:
             begin_and_put(client, 5)
             client.call("memory.get", runId="r-metrics", memoryRef="nowhere", id="mem_x")
-            with pytest.raises(Exception, match="validation_error"):
-                client.call("memory.get", runId="r-metrics")
+            assert client.error("memory.get", runId="r-metrics").code == "validation_error"
         after = samples(scrape(port)[2])
         put_ok = ("openwop_memory_requests_total", (("method", "memory.put"), ("outcome", "ok")))
         assert after[put_ok] - before.get(put_ok, 0) == 5
@@ -105,13 +104,7 @@ def test_no_label_carries_a_tenant_a_run_or_content(workdir: Path) -> None:
 def test_the_cli_prints_the_page_over_the_socket(sidecar: Sidecar) -> None:
     with sidecar.client() as client:
         begin_and_put(client, 3)
-    out = subprocess.run(
-        [EXE, "metrics", "--socket", str(sidecar.socket)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = run_cli("metrics", "--socket", str(sidecar.socket))
     assert out.returncode == 0, out.stderr
     parsed = samples(out.stdout)
     assert (
@@ -126,13 +119,7 @@ def test_the_cli_prints_the_page_over_the_socket(sidecar: Sidecar) -> None:
 
 @pytest.mark.backend_independent
 def test_the_cli_says_when_nothing_answers(workdir: Path) -> None:
-    out = subprocess.run(
-        [EXE, "metrics", "--socket", str(workdir / "none.sock"), "--timeout", "1"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = run_cli("metrics", "--socket", str(workdir / "none.sock"), "--timeout", "1")
     assert out.returncode == 2
     assert out.stderr.startswith("openwop-memory: no metrics from ")
 
@@ -150,13 +137,7 @@ def test_a_taken_metrics_address_stops_the_start_and_leaves_no_socket(workdir: P
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("address", ["9464", "localhost", ":9464", "127.0.0.1:99999"])
 def test_a_malformed_metrics_address_is_refused(workdir: Path, address: str) -> None:
-    out = subprocess.run(
-        [EXE, "serve", "--socket", str(workdir / "s.sock"), "--metrics-address", address],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = run_cli("serve", "--socket", str(workdir / "s.sock"), "--metrics-address", address)
     assert out.returncode == 1
     assert "metrics_address" in out.stderr and "host:port" in out.stderr
 
