@@ -6,16 +6,18 @@ runs against each backend: ``pytest --backend NAME``.
 ``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``: one sidecar per test
 module, reached with ``client`` (tests keep apart by names of their own, see
 :mod:`support.names`) or ``shared_client`` (a prefix of the test's own is put on every run and
-tenant, see :class:`support.shared.SharedClient`).
+tenant, see :class:`support.shared.SharedClient`). ``backend``/``store``: each backend in
+turn and an open store of it, for the tests of the storage layer itself.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from openwop_memory.storage.base import Storage
 from support import backends
 from support.shared import SharedClient
 from support.sidecar import (
@@ -64,6 +66,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"storage backend of the end-to-end tests: {backends.selected().name}"
+
+
+@pytest.fixture(params=sorted(backends.BACKENDS))
+def backend(request: pytest.FixtureRequest) -> backends.Backend:
+    """Each backend in turn (for tests of the storage layer itself, which choose their own)."""
+    return backends.BACKENDS[request.param]
+
+
+@pytest.fixture
+async def store(backend: backends.Backend, tmp_path: Path) -> AsyncIterator[Storage]:
+    """A new, open store of ``backend`` on a database of its own (see :mod:`support.store`)."""
+    storage = backend.storage(tmp_path / "store.db")
+    await storage.open()
+    try:
+        yield storage
+    finally:
+        await storage.close()
 
 
 @pytest.fixture

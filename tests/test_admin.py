@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
 import subprocess
 import threading
-from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 from openwop_memory.wire.admin import ADMIN_METHODS
-from support.sidecar import EXE, RawClient, RpcError, Sidecar
+from support.on_disk import query
+from support.protocol import issue, put
+from support.sidecar import RawClient, RpcError, Sidecar, run_cli
 
 TENANT = "t-admin"
 
@@ -26,24 +25,7 @@ def admin_sidecar(workdir: Path) -> Sidecar:
 
 
 def cli(sidecar: Sidecar, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [EXE, *args, "--admin-socket", str(sidecar.workdir / "admin.sock")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def issue(client: RawClient, agent: str) -> str:
-    return str(client.call("memory.issueRef", tenant=TENANT, agent=agent)["memoryRef"])
-
-
-def put(client: RawClient, run: str, ref: str, content: str) -> dict[str, Any]:
-    result: dict[str, Any] = client.call(
-        "memory.put", runId=run, memoryRef=ref, entry={"content": content, "tags": ["k"]}
-    )
-    return result
+    return run_cli(*args, "--admin-socket", str(sidecar.workdir / "admin.sock"), timeout=60)
 
 
 @pytest.mark.backend_independent
@@ -76,11 +58,13 @@ def test_the_admin_socket_is_the_service_users_alone_and_goes_with_the_sidecar(
 
 def test_inspect_run_shows_exactly_what_the_runs_list_returns(workdir: Path) -> None:
     with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
-        refs = [issue(client, "a"), issue(client, "b"), "plain-ref"]
+        refs = [issue(client, TENANT, "a"), issue(client, TENANT, "b"), "plain-ref"]
         client.call("run.begin", runId="w", tenant=TENANT)
-        written = [put(client, "w", ref, f"{ref[-4:]} {i}") for ref in refs for i in range(3)]
+        written = [
+            put(client, "w", ref, f"{ref[-4:]} {i}", ["k"]) for ref in refs for i in range(3)
+        ]
         client.call("run.begin", runId="seen", tenant=TENANT)
-        put(client, "w", refs[0], "after the snapshot")  # the run must not see this
+        put(client, "w", refs[0], "after the snapshot", ["k"])  # the run must not see this
         client.call("memory.delete", runId="w", memoryRef=refs[1], id=written[3]["id"])
         lists = [
             client.call("memory.list", runId="seen", memoryRef=ref, options={"limit": 1000})
@@ -107,10 +91,10 @@ def test_inspect_run_shows_exactly_what_the_runs_list_returns(workdir: Path) -> 
 
 def test_inspect_scopes_and_entry(workdir: Path) -> None:
     with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
-        ref = issue(client, "a")
+        ref = issue(client, TENANT, "a")
         client.call("run.begin", runId="w", tenant=TENANT)
-        kept = put(client, "w", ref, "kept")
-        gone = put(client, "w", ref, "gone")
+        kept = put(client, "w", ref, "kept", ["k"])
+        gone = put(client, "w", ref, "gone", ["k"])
         client.call("memory.delete", runId="w", memoryRef=ref, id=gone["id"])
         scopes = cli(sidecar, "inspect", "scopes", TENANT, "--json")
         entry = cli(sidecar, "inspect", "entry", kept["id"], "--json")
@@ -127,14 +111,7 @@ def test_inspect_scopes_and_entry(workdir: Path) -> None:
 
 @pytest.mark.backend_independent
 def test_the_cli_says_when_no_admin_socket_is_known(workdir: Path) -> None:
-    out = subprocess.run(
-        [EXE, "inspect", "runs"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("OPENWOP_MEMORY_")},
-    )
+    out = run_cli("inspect", "runs", timeout=60)  # no OPENWOP_MEMORY_ADMIN_SOCKET: see conftest
     assert out.returncode == 2
     assert out.stderr.startswith("openwop-memory: no admin socket: pass --admin-socket PATH")
 
@@ -144,9 +121,9 @@ def test_backup_under_write_load_holds_every_earlier_write_and_passes_its_check(
     workdir: Path,
 ) -> None:
     with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
-        ref = issue(client, "a")
+        ref = issue(client, TENANT, "a")
         client.call("run.begin", runId="w", tenant=TENANT)
-        before = [put(client, "w", ref, f"before {i}")["id"] for i in range(200)]
+        before = [put(client, "w", ref, f"before {i}", ["k"])["id"] for i in range(200)]
         stop = threading.Event()
         during: list[str] = []
 
@@ -154,7 +131,7 @@ def test_backup_under_write_load_holds_every_earlier_write_and_passes_its_check(
             with sidecar.client() as writer:
                 writer.call("run.begin", runId="w2", tenant=TENANT)
                 while not stop.is_set():
-                    during.append(put(writer, "w2", ref, "during")["id"])
+                    during.append(put(writer, "w2", ref, "during", ["k"])["id"])
 
         thread = threading.Thread(target=write)
         thread.start()
@@ -170,9 +147,8 @@ def test_backup_under_write_load_holds_every_earlier_write_and_passes_its_check(
     assert during, "writes went on during the backup"
     copy = workdir / "copy.db"
     assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600
-    with closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        stored = {row[0] for row in db.execute("SELECT id FROM entries")}
+    assert query(copy, "PRAGMA integrity_check") == [("ok",)]
+    stored = {row[0] for row in query(copy, "SELECT id FROM entries")}
     assert set(before) <= stored
 
 

@@ -248,9 +248,7 @@ def test_database_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
         name: oct(mode) for name, mode in modes.items()
     }
     assert stat.S_IMODE(database.parent.stat().st_mode) == 0o700
-    assert not any(
-        line.get("event") == "database_readable_by_others" for line in sidecar.log_lines()
-    )
+    assert not sidecar.events("database_readable_by_others")
 
 
 def test_a_database_readable_by_others_is_named_at_start(tmp_path: Path) -> None:
@@ -261,9 +259,7 @@ def test_a_database_readable_by_others_is_named_at_start(tmp_path: Path) -> None
     database.chmod(0o644)
     with Sidecar(tmp_path, database=database) as sidecar:
         pass
-    warnings = [
-        line for line in sidecar.log_lines() if line.get("event") == "database_readable_by_others"
-    ]
+    warnings = sidecar.events("database_readable_by_others")
     assert len(warnings) == 1, sidecar.log()
     assert warnings[0]["mode"] == "0644"
     assert warnings[0]["path"] == str(database)

@@ -523,7 +523,7 @@ def test_an_old_flat_spelling_still_works_and_warns(workdir: Path, source: str) 
         args = ["--config", str(config)]
     with Sidecar(workdir, *args, env=env) as sidecar, sidecar.client() as client:
         assert client.call("sidecar.health")["storage"]["synchronous"] == "FULL"
-        warnings = [r for r in sidecar.log_lines() if r.get("event") == "deprecated_setting"]
+        warnings = sidecar.events("deprecated_setting")
     assert len(warnings) == 1, sidecar.log()
     assert warnings[0]["level"] == "warning"
     assert warnings[0]["setting"] == "synchronous"
@@ -539,4 +539,4 @@ def test_the_new_spelling_takes_effect_without_a_warning(workdir: Path) -> None:
         sidecar.client() as client,
     ):
         assert client.call("sidecar.health")["storage"]["synchronous"] == "EXTRA"
-    assert not [r for r in sidecar.log_lines() if r.get("event") == "deprecated_setting"]
+    assert not sidecar.events("deprecated_setting")

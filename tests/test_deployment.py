@@ -34,7 +34,6 @@ from support.sidecar import RawClient, Sidecar, unmeasured
 
 pytestmark = [
     pytest.mark.backend_independent,
-    pytest.mark.usefixtures("isolated_environment"),
 ]
 
 ROOT = Path(__file__).resolve().parents[1]

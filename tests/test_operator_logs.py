@@ -7,22 +7,16 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
+from support.protocol import begin, issue, put
 from support.sidecar import RawClient, Sidecar
 
 
-def events(sidecar: Sidecar, name: str) -> list[dict[str, Any]]:
-    return [line for line in sidecar.log_lines() if line.get("event") == name]
-
-
-def put_some(client: RawClient, n: int, **entry: Any) -> str:
-    ref = str(client.call("memory.issueRef", tenant="t-logs", agent="a")["memoryRef"])
-    client.call("run.begin", runId="r-logs", tenant="t-logs")
+def put_some(client: RawClient, n: int, expires_at: str | None = None) -> str:
+    ref = issue(client, "t-logs", "a")
+    begin(client, "r-logs", "t-logs")
     for i in range(n):
-        client.call(
-            "memory.put", runId="r-logs", memoryRef=ref, entry={"content": f"n{i}", **entry}
-        )
+        put(client, "r-logs", ref, f"n{i}", expires_at=expires_at)
     return ref
 
 
@@ -30,7 +24,7 @@ def test_start_up_says_which_database_it_opened_and_whether_it_was_new(workdir: 
     with Sidecar(workdir) as first:
         with first.client() as client:
             put_some(client, 4)
-        (opened,) = events(first, "database_opened")
+        (opened,) = first.events("database_opened")
     backend = first.backend.name
     assert opened["backend"] == backend
     assert opened["created"] is True
@@ -42,7 +36,7 @@ def test_start_up_says_which_database_it_opened_and_whether_it_was_new(workdir: 
         assert {"host", "port", "database"} <= opened.keys()
         assert "postgresql://" not in str(opened)
     with Sidecar(workdir, database=first.database) as second:
-        (reopened,) = events(second, "database_opened")
+        (reopened,) = second.events("database_opened")
     assert reopened["created"] is False
     if backend == "sqlite":
         assert reopened["entries_estimate"] >= 4
@@ -60,7 +54,7 @@ def test_a_rejected_ref_is_counted_and_logged_once_without_the_ref(workdir: Path
             assert client.call("memory.list", runId="r-read", memoryRef=forged) == []
         assert len(client.call("memory.list", runId="r-read", memoryRef=ref)) == 1
         text = client.call("sidecar.metrics")["text"]
-        lines = events(sidecar, "ref_rejected")
+        lines = sidecar.events("ref_rejected")
     assert "openwop_memory_refs_rejected_total 3.0" in text
     assert len(lines) == 1, "at most one line per interval"
     assert lines[0]["tenant"] == "t-logs" and lines[0]["level"] == "warning"
@@ -71,13 +65,13 @@ def test_the_sweeper_is_quiet_until_it_removes_something(workdir: Path) -> None:
     args = ("--sweep-interval", "0.2", "--replay-retention", "1h")
     with Sidecar(workdir, *args) as sidecar, sidecar.client() as client:
         time.sleep(1.0)
-        assert events(sidecar, "sweep") == [], "an idle pass logs nothing at info"
+        assert sidecar.events("sweep") == [], "an idle pass logs nothing at info"
         soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
-        put_some(client, 2, expiresAt=soon)
+        put_some(client, 2, expires_at=soon)
         deadline = time.monotonic() + 20
-        while not events(sidecar, "sweep") and time.monotonic() < deadline:
+        while not sidecar.events("sweep") and time.monotonic() < deadline:
             time.sleep(0.1)
-        sweeps = events(sidecar, "sweep")
+        sweeps = sidecar.events("sweep")
     assert sweeps, "the pass that removed the expired entries was logged"
     assert sum(s["expired_entries"] for s in sweeps) == 2
     assert all(s["level"] == "info" for s in sweeps)

@@ -9,9 +9,8 @@ a version-1 database by hand).
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg
@@ -19,69 +18,20 @@ import pytest
 from openwop_memory.retrieval import estimate_tokens, query_terms
 from openwop_memory.storage import postgresql_schema, sqlite_schema
 from openwop_memory.storage.base import (
-    BeginOutcome,
-    EntryRow,
     ListFilter,
-    PutOutcome,
-    PutRequest,
     Scope,
     Snapshot,
     Storage,
 )
 from openwop_memory.timefmt import now_us
-from support.backends import BACKENDS, POSTGRES, Backend
+from support.backends import POSTGRES, Backend
+from support.store import SECOND, fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 
-SECOND = 1_000_000
-RETENTION = 7 * 86_400 * SECOND
 A = Scope("tenant-a", "notes")
 A2 = Scope("tenant-a", "other-notes")
 B = Scope("tenant-b", "notes")  # the same key under another tenant
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return BACKENDS[request.param]
-
-
-@pytest.fixture
-async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Storage]:
-    storage = backend.storage(tmp_path / "search.db")
-    await storage.open()
-    try:
-        yield storage
-    finally:
-        await storage.close()
-
-
-async def put(
-    store: Storage,
-    scope: Scope,
-    content: str,
-    *,
-    tags: tuple[str, ...] = (),
-    expires_us: int | None = None,
-) -> EntryRow:
-    digest = hashlib.sha256(repr((content, tags, expires_us)).encode()).digest()
-    result = await store.put(
-        request=PutRequest(scope, content, tags, expires_us, None, digest), now_us=now_us()
-    )
-    assert result.outcome is PutOutcome.STORED and result.entry is not None
-    return result.entry
-
-
-async def snapshot(store: Storage, tenant: str = "tenant-a") -> Snapshot:
-    now = now_us()
-    result = await store.begin_run(
-        run_id=f"run-{now}-{tenant}",
-        tenant=tenant,
-        replay=False,
-        now_us=now,
-        retention_cutoff_us=now - RETENTION,
-    )
-    assert result.outcome is BeginOutcome.CREATED and result.run is not None
-    return result.run.snapshot
 
 
 async def found(
@@ -110,12 +60,12 @@ async def found(
 
 
 async def test_matches_only_ranked_by_rare_terms_then_newest(store: Storage) -> None:
-    await put(store, A, "the weather in Paris was rainy")
-    await put(store, A, "the deployment of the payment service failed")
-    await put(store, A, "rollback of the payment service succeeded")
-    await put(store, A, "lunch was pasta")
-    await put(store, A, "payment reminders are sent on Mondays")
-    snap = await snapshot(store)
+    await stored(store, put_request(A, "the weather in Paris was rainy"))
+    await stored(store, put_request(A, "the deployment of the payment service failed"))
+    await stored(store, put_request(A, "rollback of the payment service succeeded"))
+    await stored(store, put_request(A, "lunch was pasta"))
+    await stored(store, put_request(A, "payment reminders are sent on Mondays"))
+    snap = await fresh_snapshot(store, "tenant-a")
     # "rollback" is rarest (1 of 3 matches), so the entry holding both terms comes first;
     # the other two hold "payment" alone and tie, newest first.
     assert await found(store, snap, "payment rollback") == [
@@ -132,74 +82,74 @@ async def test_matches_only_ranked_by_rare_terms_then_newest(store: Storage) -> 
 
 
 async def test_terms_are_stemmed_and_case_folded(store: Storage) -> None:
-    await put(store, A, "Deployments RUNNING smoothly")
-    snap = await snapshot(store)
+    await stored(store, put_request(A, "Deployments RUNNING smoothly"))
+    snap = await fresh_snapshot(store, "tenant-a")
     assert await found(store, snap, "deployment run") == ["Deployments RUNNING smoothly"]
 
 
 async def test_query_syntax_is_only_words(store: Storage) -> None:
     """Quotes, operators and column filters of either engine are read as plain words."""
-    await put(store, A, "alpha beta gamma")
-    snap = await snapshot(store)
+    await stored(store, put_request(A, "alpha beta gamma"))
+    snap = await fresh_snapshot(store, "tenant-a")
     for query in ('"alpha', "alpha OR", "content:alpha", "alpha & !beta", "alpha*", "(alpha"):
         assert await found(store, snap, query) == ["alpha beta gamma"], query
 
 
 async def test_only_the_snapshot_the_scope_and_the_tenant(store: Storage) -> None:
-    deleted = await put(store, A, "invoice deleted before the run")
-    await put(store, A, "invoice expiring soon", expires_us=now_us() + 60 * SECOND)
-    await put(store, A2, "invoice of another scope")
-    await put(store, B, "invoice of another tenant")
-    await put(store, A, "invoice kept")
+    deleted = await stored(store, put_request(A, "invoice deleted before the run"))
+    await stored(store, put_request(A, "invoice expiring soon", expires_us=now_us() + 60 * SECOND))
+    await stored(store, put_request(A2, "invoice of another scope"))
+    await stored(store, put_request(B, "invoice of another tenant"))
+    await stored(store, put_request(A, "invoice kept"))
     assert await store.delete(scope=A, entry_id=deleted.id, now_us=now_us())
-    snap = await snapshot(store)
-    await put(store, A, "invoice written after the run began")
+    snap = await fresh_snapshot(store, "tenant-a")
+    await stored(store, put_request(A, "invoice written after the run began"))
     assert await found(store, snap, "invoice") == ["invoice kept", "invoice expiring soon"]
     later = now_us() + 120 * SECOND  # past the expiry
     assert await found(store, snap, "invoice", now=later) == ["invoice kept"]
     assert await found(store, snap, "invoice", scope=A2) == ["invoice of another scope"]
     # The run's snapshot belongs to tenant A: tenant B's scope under the same key is apart.
-    snap_b = await snapshot(store, "tenant-b")
+    snap_b = await fresh_snapshot(store, "tenant-b")
     assert await found(store, snap_b, "invoice", scope=B) == ["invoice of another tenant"]
 
 
 async def test_an_entry_deleted_after_the_snapshot_is_still_found(store: Storage) -> None:
-    entry = await put(store, A, "quarterly report")
-    snap = await snapshot(store)
+    entry = await stored(store, put_request(A, "quarterly report"))
+    snap = await fresh_snapshot(store, "tenant-a")
     assert await store.delete(scope=A, entry_id=entry.id, now_us=now_us())
     assert await found(store, snap, "report") == ["quarterly report"]
-    assert await found(store, await snapshot(store), "report") == []
+    assert await found(store, await fresh_snapshot(store, "tenant-a"), "report") == []
 
 
 async def test_the_same_snapshot_ranks_the_same_after_later_writes(store: Storage) -> None:
     """Relevance weighs only what the snapshot shows: entries written later, in the same
     scope or elsewhere, leave a replay's order unchanged."""
     for n in range(6):
-        await put(store, A, f"apple {'banana ' * (n % 3)}note {n}")
-    await put(store, A, "banana split")
-    snap = await snapshot(store)
+        await stored(store, put_request(A, f"apple {'banana ' * (n % 3)}note {n}"))
+    await stored(store, put_request(A, "banana split"))
+    snap = await fresh_snapshot(store, "tenant-a")
     before = await found(store, snap, "apple banana")
     for n in range(40):  # make "apple" rare and "banana" common outside the snapshot
-        await put(store, A, f"banana bread {n}")
-        await put(store, A2, f"banana {n}")
+        await stored(store, put_request(A, f"banana bread {n}"))
+        await stored(store, put_request(A2, f"banana {n}"))
     assert await found(store, snap, "apple banana") == before
     assert before[:2] == ["apple banana banana note 5", "apple banana note 4"]
 
 
 async def test_tag_filter_applies_to_search(store: Storage) -> None:
-    await put(store, A, "deploy plan", tags=("ops",))
-    await put(store, A, "deploy party", tags=("fun",))
-    snap = await snapshot(store)
+    await stored(store, put_request(A, "deploy plan", tags=("ops",)))
+    await stored(store, put_request(A, "deploy party", tags=("fun",)))
+    snap = await fresh_snapshot(store, "tenant-a")
     assert await found(store, snap, "deploy", tag="ops") == ["deploy plan"]
     assert await found(store, snap, "deploy", tag="none") == []
 
 
 async def test_token_counts_are_stored_and_skip_entries_over_the_limit(store: Storage) -> None:
-    short = await put(store, A, "short note about cats")
-    long = await put(store, A, "cats " + "and many more words about them " * 20)
+    short = await stored(store, put_request(A, "short note about cats"))
+    long = await stored(store, put_request(A, "cats " + "and many more words about them " * 20))
     assert short.tokens == estimate_tokens(short.content)
     assert long.tokens == estimate_tokens(long.content) > short.tokens
-    snap = await snapshot(store)
+    snap = await fresh_snapshot(store, "tenant-a")
     listed = await store.list(scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None)
     assert [r.tokens for r in listed] == [long.tokens, short.tokens]
     small = await store.list(
@@ -211,8 +161,8 @@ async def test_token_counts_are_stored_and_skip_entries_over_the_limit(store: St
 
 
 async def test_content_with_nul_and_non_ascii_is_indexed(store: Storage) -> None:
-    await put(store, A, "caf\u00e9 men\u00fc\x00 z\u00fcrich")
-    snap = await snapshot(store)
+    await stored(store, put_request(A, "caf\u00e9 men\u00fc\x00 z\u00fcrich"))
+    snap = await fresh_snapshot(store, "tenant-a")
     assert await found(store, snap, "zürich") == ["caf\u00e9 men\u00fc\x00 z\u00fcrich"]
 
 
@@ -282,15 +232,15 @@ async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -
     await store.open()
     try:
         assert (await store.health()).schema_version == 2
-        snap = await snapshot(store)
+        snap = await fresh_snapshot(store, "tenant-a")
         rows = await store.list(scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None)
         assert [(r.content, r.tokens) for r in rows] == [
             ("another old one", estimate_tokens("another old one")),
             ("an old entry about migration", estimate_tokens("an old entry about migration")),
         ]
         assert await found(store, snap, "migrations") == ["an old entry about migration"]
-        await put(store, A, "a new entry about migration")
-        assert await found(store, await snapshot(store), "migration") == [
+        await stored(store, put_request(A, "a new entry about migration"))
+        assert await found(store, await fresh_snapshot(store, "tenant-a"), "migration") == [
             "a new entry about migration",
             "an old entry about migration",
         ]
@@ -302,10 +252,10 @@ async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -
 
 
 async def test_filter_by_tags_any_all_and_creation_time(store: Storage) -> None:
-    first = await put(store, A, "first match", tags=("red", "round"))
-    second = await put(store, A, "second match", tags=("red",))
-    third = await put(store, A, "third match", tags=("blue", "round"))
-    snap = await snapshot(store)
+    first = await stored(store, put_request(A, "first match", tags=("red", "round")))
+    second = await stored(store, put_request(A, "second match", tags=("red",)))
+    third = await stored(store, put_request(A, "third match", tags=("blue", "round")))
+    snap = await fresh_snapshot(store, "tenant-a")
 
     async def listed(where: ListFilter, query: str | None = None) -> list[str]:
         if query is not None:

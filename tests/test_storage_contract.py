@@ -9,7 +9,7 @@ passed explicitly (µs); only createdAt comes from the store's clock.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -25,7 +25,7 @@ from openwop_memory.storage.base import (
 )
 from openwop_memory.timefmt import now_us
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
-from support.backends import BACKENDS, Backend
+from support.backends import Backend
 from support.store import DAY, RETENTION, SECOND, begun, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
@@ -33,21 +33,6 @@ pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 A = Scope("tenant-a", "scope-1")
 A2 = Scope("tenant-a", "scope-2")
 B = Scope("tenant-b", "scope-1")  # the same key under another tenant
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest) -> Backend:
-    return BACKENDS[request.param]
-
-
-@pytest.fixture
-async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Storage]:
-    storage = backend.storage(tmp_path / "contract.db")
-    await storage.open()
-    try:
-        yield storage
-    finally:
-        await storage.close()
 
 
 async def ids(

@@ -39,7 +39,6 @@ from support.sidecar import EXE, RawClient
 # Nothing here depends on the storage backend: one pass is enough.
 pytestmark = [
     pytest.mark.backend_independent,
-    pytest.mark.usefixtures("isolated_environment"),
 ]
 
 WATCHDOG_USEC = 200_000
