@@ -167,9 +167,7 @@ def test_backup_on_postgresql_says_what_to_use_instead(workdir: Path) -> None:
     "command", [["inspect", "runs"], ["inspect", "run"], ["inspect", "scopes"], ["backup"]]
 )
 def test_every_admin_command_says_where_it_looks_and_how_it_exits(command: list[str]) -> None:
-    out = subprocess.run(
-        [EXE, *command, "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
+    out = run_cli(*command, "--help")
     assert out.returncode == 0
     for needle in ("OPENWOP_MEMORY_ADMIN_SOCKET", "[default: 60s]", "exit codes:", "2  nothing"):
         assert needle in out.stdout, (needle, out.stdout)
