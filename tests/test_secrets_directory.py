@@ -26,7 +26,7 @@ from openwop_memory.service.secrets_directory import (
     SecretsDirectory,
 )
 from support.polling import eventually, wait_for
-from support.protocol import issue, new_run, put
+from support.protocol import issue, new_run, put, secrets_param
 from support.sidecar import RawClient, Sidecar
 
 HOST_VALUE = "Qz7XjVk3Wq9Jx"
@@ -631,6 +631,32 @@ def test_after_sighup_the_next_put_redacts_the_new_value(
 
 
 # Depends on MemoryService using host_secrets when it redacts (service/memory.py).
+# A run's keyring is its own secrets merged over its tenant's host secrets, compiled once;
+# a reload must make the next put of a run already open recompile it (service/keyring_cache.py).
+def test_a_run_with_its_own_secrets_redacts_host_secrets_added_while_it_is_open(
+    workdir: Path, secrets_dir: Path, sidecar_log_has_no_secret: list[Sidecar]
+) -> None:
+    with start(workdir, secrets_dir, "--secrets-poll-interval", "1h") as sidecar:
+        sidecar_log_has_no_secret.append(sidecar)
+        with sidecar.client() as client:
+            run = new_run(client, "acme", secrets=secrets_param(own=GLOBEX_VALUE))
+            ref = issue(client, "acme")
+            before = f"a {GLOBEX_VALUE} b {NEW_HOST_VALUE} c {HOST_VALUE}"
+            assert put(client, run, ref, before)["content"] == (
+                f"a [REDACTED:own] b {NEW_HOST_VALUE} c [REDACTED:openai]"
+            )
+            write(secrets_dir / "tenants" / "acme" / "new-key", NEW_HOST_VALUE)
+            sidecar.signal(signal.SIGHUP)
+            wait_for(
+                lambda: bool(sidecar.events("host_secrets_reload", changed=True)),
+                20,
+                "the SIGHUP reload",
+            )
+            assert put(client, run, ref, before)["content"] == (
+                "a [REDACTED:own] b [REDACTED:new-key] c [REDACTED:openai]"
+            )
+
+
 def test_a_changed_file_is_redacted_after_the_poll_interval(
     workdir: Path, secrets_dir: Path, sidecar_log_has_no_secret: list[Sidecar]
 ) -> None:
