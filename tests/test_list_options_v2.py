@@ -216,8 +216,16 @@ def test_only_redacted_content_is_indexed(sidecar: Sidecar) -> None:
         assert "safe" in indexed and "redact" in indexed  # the index holds the entry...
         assert SECRET not in indexed.lower()  # ...but never the secret
         assert SECRET[:12] not in indexed.lower()
-        assert listed(client, ref, tenant, rank="relevance", query=SECRET) == []
+        if not _semantic(client):
+            # By meaning (with the search extra) the query's word pieces may still be near
+            # the entry's; tests/test_semantic.py proves the vector holds no secret either.
+            assert listed(client, ref, tenant, rank="relevance", query=SECRET) == []
         assert listed(client, ref, tenant, rank="relevance", query="deploy") == [entry["content"]]
+
+
+def _semantic(client: RawClient) -> bool:
+    modes: list[str] = client.call("host.capabilities")["capabilities"]["memory"]["search"]["modes"]
+    return "semantic" in modes
 
 
 # -- the vendor filter (extension) --------------------------------------------------------

@@ -32,7 +32,7 @@ import secrets
 import sqlite3
 import stat
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import aiosqlite
 import anyio
@@ -72,6 +72,9 @@ from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors, translated
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
 from .sqlite_writer import WAL_CHECKPOINT_BYTES, EntryInsert, GroupCommit, KeyInsert, OpFn, Txn
+
+if TYPE_CHECKING:
+    from .vector_cache import VectorCache
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -197,6 +200,16 @@ class SqliteStorage:
         # lock ends in an error after busy_timeout, so nothing legitimate takes much longer.
         self.stuck_after = busy_timeout_ms / 1000 + 10 if stuck_after is None else stuck_after
         self._schema_version = 0
+        self._vectors_cache: VectorCache | None = None
+
+    @property
+    def _vectors(self) -> VectorCache:
+        """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
+        if self._vectors_cache is None:
+            from .vector_cache import VectorCache
+
+            self._vectors_cache = VectorCache()
+        return self._vectors_cache
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -514,6 +527,7 @@ class SqliteStorage:
                     created_us,
                     row.expires_us,
                     tokens,
+                    request.vector,
                 )
             )
             txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
@@ -591,7 +605,43 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        vector: bytes | None = None,
     ) -> list[EntryRow]:
+        keyword = await self._keyword_search(
+            scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+        )
+        if vector is None:
+            return [row for _, row in keyword]
+        # Imported here: numpy comes with the search extra, which a vector implies.
+        from ..semantic import fuse
+
+        nearest = await self._vectors.nearest(
+            scope,
+            snapshot_seq=cast(int, snapshot),
+            now_us=now_us,
+            vector=vector,
+            count=limit,
+            load_after=lambda after: self._vectors_after(scope, after),
+            check=lambda seqs: self._check(scope, snapshot, now_us, seqs, tag, max_tokens, where),
+        )
+        order = fuse([seq for seq, _ in keyword], nearest)[:limit]
+        rows = dict(keyword)
+        rows.update(await self._rows_by_seq(scope, [s for s in order if s not in rows]))
+        # A row removed between the check and this read is left out.
+        return [rows[s] for s in order if s in rows]
+
+    async def _keyword_search(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        terms: Sequence[str],
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None,
+        where: ListFilter | None,
+    ) -> list[tuple[int, EntryRow]]:
+        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
         if not terms:
             return []
         params: dict[str, Any] = {
@@ -620,13 +670,71 @@ class SqliteStorage:
             " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
             f" AND t.seq = e.seq)){_where_sql(where, params)}),"
             f" {_SCORES}"
-            f" SELECT {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
             " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
         )
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
-        return [_row(r) for r in rows]
+        return [(r[0], _row(r[1:])) for r in rows]
+
+    async def _vectors_after(self, scope: Scope, after: int) -> list[tuple[int, int | None, bytes]]:
+        """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
+                f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > :after"
+                " AND e.embedding IS NOT NULL ORDER BY e.seq",
+                {"tenant": scope.tenant, "key": scope.key, "after": after},
+            )
+        return [(r[0], r[1], bytes(r[2])) for r in rows]
+
+    async def _check(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        seqs: list[int],
+        tag: str | None,
+        max_tokens: int | None,
+        where: ListFilter | None,
+    ) -> tuple[set[int], set[int]]:
+        """Of ``seqs``: those a search of the snapshot keeps, and those still stored."""
+        params: dict[str, Any] = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": cast(int, snapshot),
+            "now": now_us,
+            "tag": tag,
+            "max_tokens": max_tokens,
+            "seqs": orjson.dumps(seqs).decode(),
+        }
+        conditions = _where_sql(where, params)
+        sql = (
+            f"SELECT e.seq, {_VISIBLE}"
+            " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
+            " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
+            f" AND t.seq = e.seq)){conditions}"
+            " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
+            f" AND e.scope_pk = {_SCOPE_PK}"
+        )
+        with translate_errors():
+            rows = await _fetch(self._reader(), sql, params)
+        return {r[0] for r in rows if r[1]}, {r[0] for r in rows}
+
+    async def _rows_by_seq(self, scope: Scope, seqs: list[int]) -> dict[int, EntryRow]:
+        if not seqs:
+            return {}
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                f"SELECT e.seq, {_ENTRY_COLUMNS} FROM entries e"
+                " WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
+                f" AND e.scope_pk = {_SCOPE_PK}",
+                {"tenant": scope.tenant, "key": scope.key, "seqs": orjson.dumps(seqs).decode()},
+            )
+        return {r[0]: _row(r[1:]) for r in rows}
 
     async def list(
         self,
