@@ -30,6 +30,7 @@ benchmark for what that trades.
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from collections.abc import Sequence
 from itertools import chain
@@ -149,6 +150,10 @@ def load() -> Embedder:
     :raises ModelUnavailableError: the extra is missing or its files cannot be read.
     """
     weights_path, tokenizer_path = _package_files()
+    # One BLAS thread: a matrix-vector product over a scope is memory-bound, and OpenBLAS's
+    # own threads, contending with the sidecar's for few cores, made it 50 times slower
+    # here (make bench). Read when numpy is first imported, which in the sidecar is below.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         import numpy as np
         from safetensors.numpy import load_file

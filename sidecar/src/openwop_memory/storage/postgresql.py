@@ -540,23 +540,42 @@ class PostgresqlStorage:
         where: ListFilter | None = None,
         vector: bytes | None = None,
     ) -> list[EntryRow]:
-        keyword = await self._keyword_search(
-            scope, snapshot, now_us, terms, limit, tag, max_tokens, where
-        )
         if vector is None:
+            keyword = await self._keyword_search(
+                scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+            )
             return [row for _, row in keyword]
         # Imported here: numpy comes with the search extra, which a vector implies.
         from ..semantic import fuse
 
-        nearest = await self._vectors.nearest(
-            scope,
-            snapshot_seq=cast(int, snapshot),
-            now_us=now_us,
-            vector=vector,
-            count=limit,
-            load_after=lambda after: self._vectors_after(scope, after),
-            check=lambda seqs: self._check(scope, snapshot, now_us, seqs, tag, max_tokens, where),
-        )
+        keyword = []
+        nearest: list[int] = []
+
+        async def by_keywords() -> None:
+            keyword.extend(
+                await self._keyword_search(
+                    scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+                )
+            )
+
+        async def by_meaning() -> None:
+            nearest.extend(
+                await self._vectors.nearest(
+                    scope,
+                    snapshot_seq=cast(int, snapshot),
+                    now_us=now_us,
+                    vector=vector,
+                    count=limit,
+                    load_after=lambda after: self._vectors_after(scope, after),
+                    check=lambda seqs: self._check(
+                        scope, snapshot, now_us, seqs, tag, max_tokens, where
+                    ),
+                )
+            )
+
+        from .vector_cache import side_by_side
+
+        await side_by_side(by_keywords, by_meaning)  # on two connections of the pool
         order = fuse([seq for seq, _ in keyword], nearest)[:limit]
         rows = dict(keyword)
         rows.update(await self._rows_by_seq(scope, [s for s in order if s not in rows]))

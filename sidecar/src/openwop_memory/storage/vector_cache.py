@@ -22,7 +22,7 @@ dropped when all cached scopes would exceed ``max_bytes``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -94,6 +94,17 @@ class _Scope:
         self.norms[start:end] = norms_of(self.matrix[start:end])
         self.size = end
         self.loaded_seq = int(rows[-1][0])
+
+
+async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``calls`` concurrently; a failure is raised as itself (the first one), not as an
+    exception group, so the backend's error contract holds."""
+    try:
+        async with anyio.create_task_group() as tasks:
+            for call in calls:
+                tasks.start_soon(call)
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
 
 
 def _grown(array: _A, capacity: int) -> _A:
