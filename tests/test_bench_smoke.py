@@ -125,7 +125,9 @@ def test_quick_bench_prints_every_metric() -> None:
     assert lines[0].split() == ["metric", "sqlite", "postgresql", "unit", "target", "pass/fail"]
     table_rows = {line.split("  ")[0] for line in lines[2:] if "  " in line}
     results = {(m["metric"], m["column"]): m for m in json.loads(lines[-1])["metrics"]}
-    expected = [(name, column) for name in METRICS for column in ("sqlite", "postgresql")]
+    expected: list[tuple[str, str | None]] = [
+        (name, column) for name in METRICS for column in ("sqlite", "postgresql")
+    ]
     expected += [(name, "postgresql") for name in POSTGRESQL_ONLY]
     expected += [(name, "sqlite") for name in SQLITE_ONLY]
     expected += [(name, None) for name in RELEVANCE]
