@@ -87,11 +87,14 @@ POSTGRESQL_ONLY = [
 # In the table of its own, with the redactor's (the search extra is installed for tests).
 RELEVANCE = [
     "embedding model load (first put or relevance list)",
+    "RSS added by the embedding model (numpy, tokenizer, weights)",
     "relevance: entries in the scope searched",
     "relevance list(100) p50, hybrid",
     "relevance list(100) p99, hybrid",
+    "relevance list(100) p50, meaning only",
     "relevance list(100) p50, keywords only",
-    "relevance list(100) p99, keywords only",
+    "relevance list(100) p50, hybrid, a common word",
+    "relevance list(100) p50, keywords only, a common word",
     "first relevance list of the scope (loads its vectors)",
     "disk per 100k entries of 40 words (SQLite file)",
     "disk per 100k entries: full-text index",

@@ -550,6 +550,7 @@ class PostgresqlStorage:
 
         keyword = []
         nearest: list[int] = []
+        found: dict[int, EntryRow] = {}  # the rows the checks kept
 
         async def by_keywords() -> None:
             keyword.extend(
@@ -568,7 +569,7 @@ class PostgresqlStorage:
                     count=limit,
                     load_after=lambda after: self._vectors_after(scope, after),
                     check=lambda seqs: self._check(
-                        scope, snapshot, now_us, seqs, tag, max_tokens, where
+                        scope, snapshot, now_us, seqs, tag, max_tokens, where, found
                     ),
                 )
             )
@@ -577,10 +578,8 @@ class PostgresqlStorage:
 
         await side_by_side(by_keywords, by_meaning)  # on two connections of the pool
         order = fuse([seq for seq, _ in keyword], nearest)[:limit]
-        rows = dict(keyword)
-        rows.update(await self._rows_by_seq(scope, [s for s in order if s not in rows]))
-        # A row removed between the check and this read is left out.
-        return [rows[s] for s in order if s in rows]
+        found.update(keyword)
+        return [found[s] for s in order]
 
     async def _keyword_search(
         self,
@@ -620,9 +619,9 @@ class PostgresqlStorage:
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [(r[0], _row(tuple(r)[1:])) for r in rows]
 
-    async def _vectors_after(self, scope: Scope, after: int) -> list[tuple[int, int | None, bytes]]:
+    async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
         """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
-        rows = await self._read(
+        return await self._read(
             lambda conn: conn.fetch(
                 "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
                 f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > $3"
@@ -632,7 +631,6 @@ class PostgresqlStorage:
                 after,
             )
         )
-        return [(r[0], r[1], bytes(r[2])) for r in rows]
 
     async def _check(
         self,
@@ -643,33 +641,24 @@ class PostgresqlStorage:
         tag: str | None,
         max_tokens: int | None,
         where: ListFilter | None,
+        found: dict[int, EntryRow],
     ) -> tuple[set[int], set[int]]:
-        """Of ``seqs``: those a search of the snapshot keeps, and those still stored."""
+        """Of ``seqs``: those a search of the snapshot keeps (their rows added to ``found``),
+        and those still stored."""
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, seqs]
         args += [max_tokens, tag]
         conditions = _where_sql(where, args)
         sql = (
             f"SELECT e.seq, {_VISIBLE} AND ($6::integer IS NULL OR e.tokens <= $6)"
             " AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM entry_tags t"
-            f" WHERE t.scope_pk = e.scope_pk AND t.tag = $7 AND t.seq = e.seq)){conditions}"
-            f" FROM entries e WHERE e.scope_pk = {_SCOPE_PK} AND e.seq = ANY($5::bigint[])"
+            f" WHERE t.scope_pk = e.scope_pk AND t.tag = $7 AND t.seq = e.seq)){conditions},"
+            f" {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
+            " AND e.seq = ANY($5::bigint[])"
         )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        return {r[0] for r in rows if r[1]}, {r[0] for r in rows}
-
-    async def _rows_by_seq(self, scope: Scope, seqs: list[int]) -> dict[int, EntryRow]:
-        if not seqs:
-            return {}
-        rows = await self._read(
-            lambda conn: conn.fetch(
-                f"SELECT e.seq, {_ENTRY_COLUMNS} FROM entries e"
-                f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq = ANY($3::bigint[])",
-                scope.tenant,
-                scope.key,
-                seqs,
-            )
-        )
-        return {r[0]: _row(tuple(r)[1:]) for r in rows}
+        kept = {r[0] for r in rows if r[1]}
+        found.update((r[0], _row(tuple(r)[2:])) for r in rows if r[1])
+        return kept, {r[0] for r in rows}
 
     async def list(
         self,

@@ -617,6 +617,7 @@ class SqliteStorage:
 
         keyword = []
         nearest: list[int] = []
+        found: dict[int, EntryRow] = {}  # the rows the checks kept
 
         async def by_keywords() -> None:
             keyword.extend(
@@ -635,7 +636,7 @@ class SqliteStorage:
                     count=limit,
                     load_after=lambda after: self._vectors_after(scope, after),
                     check=lambda seqs: self._check(
-                        scope, snapshot, now_us, seqs, tag, max_tokens, where
+                        scope, snapshot, now_us, seqs, tag, max_tokens, where, found
                     ),
                 )
             )
@@ -644,10 +645,8 @@ class SqliteStorage:
 
         await side_by_side(by_keywords, by_meaning)  # on two connections of the pool
         order = fuse([seq for seq, _ in keyword], nearest)[:limit]
-        rows = dict(keyword)
-        rows.update(await self._rows_by_seq(scope, [s for s in order if s not in rows]))
-        # A row removed between the check and this read is left out.
-        return [rows[s] for s in order if s in rows]
+        found.update(keyword)
+        return [found[s] for s in order]
 
     async def _keyword_search(
         self,
@@ -697,17 +696,16 @@ class SqliteStorage:
             rows = await _fetch(self._reader(), sql, params)
         return [(r[0], _row(r[1:])) for r in rows]
 
-    async def _vectors_after(self, scope: Scope, after: int) -> list[tuple[int, int | None, bytes]]:
+    async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
         """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
         with translate_errors():
-            rows = await _fetch(
+            return await _fetch(
                 self._reader(),
                 "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
                 f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > :after"
                 " AND e.embedding IS NOT NULL ORDER BY e.seq",
                 {"tenant": scope.tenant, "key": scope.key, "after": after},
             )
-        return [(r[0], r[1], bytes(r[2])) for r in rows]
 
     async def _check(
         self,
@@ -718,8 +716,10 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None,
         where: ListFilter | None,
+        found: dict[int, EntryRow],
     ) -> tuple[set[int], set[int]]:
-        """Of ``seqs``: those a search of the snapshot keeps, and those still stored."""
+        """Of ``seqs``: those a search of the snapshot keeps (their rows added to ``found``),
+        and those still stored."""
         params: dict[str, Any] = {
             "tenant": scope.tenant,
             "key": scope.key,
@@ -734,26 +734,15 @@ class SqliteStorage:
             f"SELECT e.seq, {_VISIBLE}"
             " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
             " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
-            f" AND t.seq = e.seq)){conditions}"
+            f" AND t.seq = e.seq)){conditions}, {_ENTRY_COLUMNS}"
             " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
             f" AND e.scope_pk = {_SCOPE_PK}"
         )
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
-        return {r[0] for r in rows if r[1]}, {r[0] for r in rows}
-
-    async def _rows_by_seq(self, scope: Scope, seqs: list[int]) -> dict[int, EntryRow]:
-        if not seqs:
-            return {}
-        with translate_errors():
-            rows = await _fetch(
-                self._reader(),
-                f"SELECT e.seq, {_ENTRY_COLUMNS} FROM entries e"
-                " WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
-                f" AND e.scope_pk = {_SCOPE_PK}",
-                {"tenant": scope.tenant, "key": scope.key, "seqs": orjson.dumps(seqs).decode()},
-            )
-        return {r[0]: _row(r[1:]) for r in rows}
+        kept = {r[0] for r in rows if r[1]}
+        found.update((r[0], _row(r[2:])) for r in rows if r[1])
+        return kept, {r[0] for r in rows}
 
     async def list(
         self,
