@@ -43,6 +43,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openwop_memory import semantic
+from openwop_memory.logs import configure_logging
 from openwop_memory.retrieval import query_terms
 from openwop_memory.storage.base import PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
@@ -284,6 +285,7 @@ import re
 def rss():
     return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
 from openwop_memory import semantic
+from openwop_memory.logs import configure_logging
 before = rss()
 semantic.load().vector("the staging deploy failed because the disk was full")
 print((rss() - before) / 1024)
@@ -299,6 +301,9 @@ def _model_rss_mib() -> float:
 
 
 async def run(config: RelevanceBenchConfig, directory: Path) -> SuiteResult:
+    # The stores opened here log as a sidecar would: to stderr, and only what matters, so
+    # that stdout keeps the table alone.
+    configure_logging("console", "warning")
     if not semantic.model_installed():
         return SuiteResult(notes=["relevance: not run (the search extra is not installed)"])
     started = time.perf_counter()
