@@ -16,10 +16,11 @@ from .. import semantic
 
 log = structlog.get_logger("openwop_memory.service")
 
-# Up to this many characters a vector is computed on the event loop: about 50 µs a KiB
-# (``make bench`` measures it), so the longest inline one costs about what an inline
-# redaction of its 8 KiB limit does.
-_INLINE_CHARS = 2048
+# Up to this many characters a vector is computed on the event loop: about 75 µs for 1 KiB
+# of English (``make bench``, "embedding alone"), about what handing it to a worker thread
+# and back costs the loop; a longer text (up to 64 KiB, several milliseconds) goes to a
+# thread, so other requests are not held up behind it.
+_INLINE_CHARS = 1024
 
 
 class EmbeddingModel:

@@ -338,8 +338,9 @@ class Storage(Protocol):
 
         **With ``vector``** (the query's embedding, :mod:`~openwop_memory.semantic`): the
         keyword list's first ``limit`` entries and the ``limit`` entries with a stored
-        vector nearest to ``vector`` (cosine of the stored integers, exact; ties newest
-        first), among the same entries, are fused by reciprocal rank
+        vector nearest to ``vector`` (cosine of the stored integers, exact, at least
+        :data:`~openwop_memory.semantic.MIN_COSINE`; ties newest first), among the same
+        entries, are fused by reciprocal rank
         (:func:`~openwop_memory.semantic.fuse`): the result's first ``limit``. An entry stored
         without a vector takes part through its keywords only.
 
