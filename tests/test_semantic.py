@@ -410,3 +410,23 @@ async def test_without_the_model_relevance_is_keywords_only(without_model: Dispa
 
     assert await ranked("musical instrument hobby") == []
     assert await ranked("cello") == [CELLO]
+
+
+def test_entries_put_without_the_model_rank_by_keywords(workdir: Path) -> None:
+    """Entries written while semantic search was off (or before the extra was installed)
+    have no vector: a sidecar with the model finds them by their words, not by meaning."""
+    tenant, ref = uid("t"), uid("ref")
+    old = "The orchestra rehearses the cello part on Thursdays."
+    with Sidecar(workdir, "--semantic-search=false") as before, before.client() as client:
+        put(client, new_run(client, tenant), ref, old)
+    with Sidecar(workdir) as after, after.client() as client:
+        long_entry = "My hobby is the viola, a musical instrument. " + "More notes. " * 100
+        assert len(long_entry) > 1024  # embedded on a worker thread
+        put(client, new_run(client, tenant), ref, long_entry)
+        run = new_run(client, tenant)
+        assert relevance(client, run, ref, "orchestra") == [old]
+        assert relevance(client, run, ref, "musical instrument hobby") == [long_entry]
+        assert relevance(client, run, ref, "string instruments", limit=5) == [long_entry]
+        if after.backend.name == "sqlite":
+            lengths = query(after.database, "SELECT length(embedding) FROM entries ORDER BY seq")
+            assert lengths == [(None,), (semantic.VECTOR_BYTES,)]
