@@ -47,6 +47,7 @@ from openwop_memory.logs import configure_logging
 from openwop_memory.retrieval import query_terms
 from openwop_memory.storage.base import PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.vector_cache import ROW_BYTES
 from openwop_memory.timefmt import now_us
 
 from bench.report import Metric, SuiteResult, Target
@@ -159,7 +160,7 @@ async def _latency(
         Metric("disk per 100k entries: vectors", vectors * scale / 2**20, "MiB"),
         Metric(
             "vector cache per 100k entries (memory)",
-            _PER_100K * (semantic.RANK_DIMENSIONS * 4 + 24) / 2**20,
+            _PER_100K * ROW_BYTES / 2**20,
             "MiB",
         ),
     ]

@@ -35,6 +35,13 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# One BLAS thread: a matrix-vector product over a scope is memory-bound, and OpenBLAS's own
+# threads, contending with the sidecar's for few cores, made it up to 50 times slower here.
+# OpenBLAS reads this when numpy is first imported, which in the sidecar is after this
+# module (numpy is imported by load() and the vector cache only); a process that imported
+# numpy before keeps its own setting.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 if TYPE_CHECKING:  # numpy comes with the extra; this module imports it only when loading
     import numpy as np
     import numpy.typing as npt
@@ -154,10 +161,6 @@ def load() -> Embedder:
     :raises ModelUnavailableError: the extra is missing or its files cannot be read.
     """
     weights_path, tokenizer_path = _package_files()
-    # One BLAS thread: a matrix-vector product over a scope is memory-bound, and OpenBLAS's
-    # own threads, contending with the sidecar's for few cores, made it 50 times slower
-    # here (make bench). Read when numpy is first imported, which in the sidecar is below.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         import numpy as np
         from safetensors.numpy import load_file

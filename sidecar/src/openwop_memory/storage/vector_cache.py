@@ -15,8 +15,9 @@ them out under a lock held until commit): once the cache holds every row up to `
 row with a number at or below ``n`` can appear later.
 
 Memory: the matrix is float32 (:data:`~openwop_memory.semantic.RANK_DIMENSIONS` x 4 bytes
-an entry, plus 24 for its number, expiry and length); scopes least recently searched are
-dropped when all cached scopes would exceed ``max_bytes``.
+an entry, plus 25 for its number, expiry, length and liveness); scopes least recently
+searched are dropped when all cached scopes would exceed ``max_bytes``, or there would be
+more than ``max_scopes`` of them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from ..semantic import RANK_DIMENSIONS, norms_of, query_threshold, query_vector,
 from .base import Scope
 
 NO_EXPIRY = np.iinfo(np.int64).max
-_ROW_BYTES = RANK_DIMENSIONS * 4 + 24
+ROW_BYTES = RANK_DIMENSIONS * 4 + 25
+"""Memory an entry takes in the cache (its arrays grow by doubling: up to twice that)."""
 _FIRST_CAPACITY = 1024
 # Up to this many cached rows a search scores on the event loop (about 0.1 ms here).
 _INLINE_ROWS = 8192
@@ -76,7 +78,7 @@ class _Scope:
 
     @property
     def nbytes(self) -> int:
-        return len(self.seqs) * _ROW_BYTES
+        return len(self.seqs) * ROW_BYTES
 
     def append(self, new: NewRows) -> None:
         """Add rows (in sequence order), growing the arrays by doubling; a vector of another
@@ -138,10 +140,11 @@ def _grown(array: _A, capacity: int) -> _A:
 
 class VectorCache:
     """The cached vectors of the scopes searched by meaning, least recently used dropped
-    past ``max_bytes``."""
+    past ``max_bytes`` or ``max_scopes``."""
 
-    def __init__(self, max_bytes: int = 256 << 20) -> None:
+    def __init__(self, max_bytes: int = 256 << 20, max_scopes: int = 4096) -> None:
         self.max_bytes = max_bytes
+        self.max_scopes = max_scopes
         self._scopes: OrderedDict[Scope, _Scope] = OrderedDict()
 
     async def nearest(
@@ -164,6 +167,7 @@ class VectorCache:
         cached = self._scopes.get(scope)
         if cached is None:
             cached = self._scopes[scope] = _Scope.empty()
+            self._evict()
         self._scopes.move_to_end(scope)
         async with cached.lock:
             rows = await load_after(cached.loaded_seq)
@@ -221,7 +225,9 @@ class VectorCache:
 
     def _evict(self) -> None:
         total = sum(s.nbytes for s in self._scopes.values())
-        while total > self.max_bytes and len(self._scopes) > 1:
+        while len(self._scopes) > 1 and (
+            total > self.max_bytes or len(self._scopes) > self.max_scopes
+        ):
             _, dropped = self._scopes.popitem(last=False)
             total -= dropped.nbytes
 
