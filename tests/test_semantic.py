@@ -32,7 +32,7 @@ from support.names import uid
 from support.on_disk import files_of, query
 from support.protocol import begin, listing, new_run, put
 from support.schemas import check_capabilities
-from support.sidecar import RawClient, Sidecar
+from support.sidecar import RawClient, Sidecar, sidecars_sharing_a_database
 from support.store import fresh_snapshot, stored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -430,3 +430,23 @@ def test_entries_put_without_the_model_rank_by_keywords(workdir: Path) -> None:
         if after.backend.name == "sqlite":
             lengths = query(after.database, "SELECT length(embedding) FROM entries ORDER BY seq")
             assert lengths == [(None,), (semantic.VECTOR_BYTES,)]
+
+
+def test_another_sidecar_replays_the_same_ranking(workdir: Path) -> None:
+    """Scores are exact, so a sidecar with a cache of its own (built after later writes and
+    a delete) ranks a run's relevance lists exactly as the first one did."""
+    tenant = uid("t")
+    questions = ["musical instrument hobby", "travel plans for Japan", "money and taxes"]
+    with sidecars_sharing_a_database(workdir) as (_, _, a, b):
+        ref = filled(a, tenant)
+        run = new_run(a, tenant)
+        first = {q: listing(a, run, ref, rank="relevance", query=q, limit=20) for q in questions}
+        writer = new_run(b, tenant)
+        put(b, writer, ref, "Practises the piano every evening, a musical hobby.")
+        gone = first[questions[0]][0]["id"]
+        assert b.call("memory.delete", runId=writer, memoryRef=ref, id=gone) is True
+        assert begin(b, run, tenant)["resumed"] is True
+        for q in questions:
+            again = listing(b, run, ref, rank="relevance", query=q, limit=20)
+            assert again == first[q]
+            assert listing(a, run, ref, rank="relevance", query=q, limit=20) == first[q]
