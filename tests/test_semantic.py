@@ -23,17 +23,19 @@ import pytest
 from openwop_memory import semantic
 from openwop_memory.app import open_app
 from openwop_memory.config import Settings
+from openwop_memory.domain import SweepHorizons
 from openwop_memory.retrieval import query_terms
 from openwop_memory.storage.base import ListFilter, PutRequest, Scope, Snapshot, Storage
 from openwop_memory.timefmt import now_us
 from openwop_memory.wire.dispatch import Dispatcher
+from openwop_memory_client import UpstreamUnavailableError
 from support.backends import POSTGRES, selected
 from support.names import uid
 from support.on_disk import files_of, query
 from support.protocol import begin, listing, new_run, put
 from support.schemas import check_capabilities
 from support.sidecar import RawClient, Sidecar, sidecars_sharing_a_database
-from support.store import fresh_snapshot, stored
+from support.store import SECOND, fresh_snapshot, stored
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELLED = ROOT / "bench" / "data" / "relevance_set.json"
@@ -269,6 +271,93 @@ async def test_many_candidates_rejected_by_a_filter_are_passed_over(store: Stora
     assert sorted(everything) == sorted(contents)
     kept = await searched(store, snap, "cello music", keywords=False, limit=2, tag="kept")
     assert kept == [c for c in everything if contents.index(c) % 10 == 0][:2]
+
+
+@pytest.mark.backend_independent
+@pytest.mark.anyio
+async def test_a_purged_entry_leaves_the_cache_and_the_ranking(store: Storage) -> None:
+    """An entry swept away after the cache loaded it is found gone by the check, and the
+    ranking is that of the entries still there."""
+    cello = await stored(store, request(A, CELLO))
+    await stored(store, request(A, "Plays the violin in a string quartet."))
+    question = "which musical instrument"
+    assert (await searched(store, await fresh_snapshot(store, "tenant-a"), question))[0] == CELLO
+    assert await store.delete(scope=A, entry_id=cello.id, now_us=now_us())
+    # Every snapshot released, so the tombstone goes.
+    later = now_us() + 10 * SECOND
+    counts = await store.sweep(horizons=SweepHorizons(later, later, 0, 0), batch_size=10)
+    assert counts.purged_tombstones == 1
+    snap = await fresh_snapshot(store, "tenant-a")
+    assert await searched(store, snap, question, keywords=False) == [
+        "Plays the violin in a string quartet."
+    ]
+    assert CELLO not in await searched(store, snap, question)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.anyio
+async def test_a_failing_database_is_upstream_unavailable_not_a_group(store: Storage) -> None:
+    """The two sides of a hybrid search run side by side; a failure of either is raised as
+    the backend's own error."""
+    await stored(store, request(A, CELLO))
+    snap = await fresh_snapshot(store, "tenant-a")
+    await store.close()
+    with pytest.raises(UpstreamUnavailableError):
+        await searched(store, snap, "musical instrument hobby")
+
+
+@pytest.mark.backend_independent
+@pytest.mark.anyio
+async def test_a_big_scope_ranks_exactly_as_brute_force(store: Storage) -> None:
+    """A scope past the size scored on the event loop (loaded and scored on a worker
+    thread): the nearest entries are those numpy's brute force finds, in its order."""
+    rng = np.random.default_rng(9)
+    vectors = rng.integers(-127, 128, size=(9000, semantic.VECTOR_BYTES), dtype=np.int8)
+    rows = []
+    for n in range(0, len(vectors), 500):
+        batch = [
+            PutRequest(A, f"entry {n + i}", (), None, None, bytes(8), v.tobytes())
+            for i, v in enumerate(vectors[n : n + 500])
+        ]
+        for result in [await store.put(request=r, now_us=now_us()) for r in batch]:
+            assert result.entry is not None
+            rows.append(result.entry.content)
+    snap = await fresh_snapshot(store, "tenant-a")
+    query = vectors[4321]
+    matrix = vectors.astype(np.float32)
+    scores = semantic.similarities(matrix, semantic.norms_of(matrix), query.astype(np.float32))
+    keep = scores >= semantic.query_threshold(query.astype(np.float32))
+    order = sorted(np.flatnonzero(keep), key=lambda i: (-scores[i], -i))[:50]
+    found = await store.search(
+        scope=A,
+        snapshot=snap,
+        now_us=now_us(),
+        terms=[],
+        limit=50,
+        tag=None,
+        vector=query.tobytes(),
+    )
+    assert [r.content for r in found] == [rows[i] for i in order]
+    assert found[0].content == "entry 4321"
+
+
+@pytest.mark.backend_independent
+@pytest.mark.anyio
+async def test_the_model_failing_to_load_leaves_keywords_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Files present but unreadable (the weights replaced by the tokenizer's JSON): the
+    model is then not installed, and puts get no vector."""
+    from openwop_memory.service.embedding import EmbeddingModel
+
+    monkeypatch.setattr(semantic, "_WEIGHTS", semantic._TOKENIZER)
+    with pytest.raises(semantic.ModelUnavailableError, match="cannot read the model"):
+        semantic.load()
+    assert semantic.model_installed()  # the files are there...
+    embedding = EmbeddingModel()
+    assert await embedding.vector("the staging deploy failed") is None  # ...but unreadable
+    assert not embedding.installed
+    assert await embedding.vector("again") is None
 
 
 # -- on a real sidecar ----------------------------------------------------------------------

@@ -230,7 +230,3 @@ class VectorCache:
         ):
             _, dropped = self._scopes.popitem(last=False)
             total -= dropped.nbytes
-
-    def forget(self, scope: Scope) -> None:
-        """Drop the scope's cached vectors (after a purge, say); the next search reloads."""
-        self._scopes.pop(scope, None)
