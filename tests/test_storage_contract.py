@@ -26,6 +26,7 @@ from openwop_memory.storage.base import (
 from openwop_memory.timefmt import now_us
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 from support.backends import Backend
+from support.on_disk import query
 from support.store import DAY, RETENTION, SECOND, begun, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
@@ -524,3 +525,46 @@ async def test_backup_copies_or_says_what_to_use(
         assert copy.execute("SELECT content FROM entries WHERE id = ?", (entry.id,)).fetchone() == (
             "backed up",
         )
+
+
+async def test_forget_purges_a_tenants_subject_everywhere_snapshots_included(
+    store: Storage, backend: Backend, tmp_path: Path
+) -> None:
+    subject = ("subject:s1",)
+    plain = await stored(store, put_request(A, "forgettable walrus", tags=subject))
+    other_scope = await stored(store, put_request(A2, "forgettable walrus", tags=("x", *subject)))
+    pinned = await stored(store, put_request(A, "pinned walrus", tags=subject, key="k1"))
+    other_subject = await stored(store, put_request(A, "kept walrus", tags=("subject:s2",)))
+    other_tenant = await stored(store, put_request(B, "kept walrus", tags=subject))
+    tomb = await stored(store, put_request(A, "tombstoned walrus", tags=subject))
+    old = await begun(store, "run-before-forget")  # it sees the tombstone
+    assert await store.delete(scope=A, entry_id=tomb.id, now_us=now_us())
+    assert tomb.id in await ids(store, A, old.snapshot), "an older snapshot sees the tombstone"
+    forgotten = [plain, other_scope, pinned, tomb]
+
+    assert await store.forget(tenant="tenant-a", tag="subject:s1", batch_size=2) == 4
+    now = now_us()
+    assert await ids(store, A, old.snapshot) == [other_subject.id], "older snapshots too"
+    assert await ids(store, A2, old.snapshot) == []
+    assert await ids(store, B, old.snapshot) == [other_tenant.id], "another tenant's: kept"
+    for entry in forgotten:
+        assert await store.find_entry(entry_id=entry.id) is None
+    found = await store.search(
+        scope=A, snapshot=old.snapshot, now_us=now, terms=["walrus"], limit=10, tag=None
+    )
+    assert [r.id for r in found] == [other_subject.id], "the full-text index forgot them"
+    # The key that pinned a forgotten entry went with it: the same put stores anew.
+    again = await store.put(
+        request=put_request(A, "pinned walrus", tags=subject, key="k1"), now_us=now
+    )
+    assert again.outcome is PutOutcome.STORED and again.entry is not None
+    assert again.entry.id != pinned.id
+    assert await store.forget(tenant="tenant-a", tag="subject:nobody", batch_size=2) == 0
+    assert await store.forget(tenant="tenant-b", tag="subject:s1", batch_size=500) == 1
+    if backend.name == "sqlite":
+        path = tmp_path / "store.db"  # the store fixture's file
+        indexed = query(path, "SELECT rowid FROM entries_fts WHERE entries_fts MATCH 'walrus'")
+        kept = query(
+            path, "SELECT seq FROM entries WHERE id IN (?, ?)", (other_subject.id, again.entry.id)
+        )
+        assert sorted(indexed) == sorted(kept), "no index row outlives its entry"

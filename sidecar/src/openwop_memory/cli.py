@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"openwop-memory: {exc}", file=sys.stderr)
             return 2
         return health(path, health_args.timeout)
-    if args[:1] in (["inspect"], ["backup"]):
+    if args[:1] in (["inspect"], ["backup"], ["forget"]):
         from . import cli_admin  # the operator's commands: only their own path pays for them
 
         return cli_admin.main(args)
@@ -189,7 +189,7 @@ def _serve_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,health,metrics,inspect,backup}",
+        metavar="{serve,health,metrics,inspect,backup,forget}",
         title="commands",
     )
     serve = sub.add_parser(
@@ -237,6 +237,7 @@ def _serve_main(argv: list[str]) -> int:
     )
     sub.add_parser("inspect", help="what runs saw, scopes, entries (over the admin socket)")
     sub.add_parser("backup", help="a consistent copy of a SQLite database (admin socket)")
+    sub.add_parser("forget", help="remove a subject's entries from a tenant (admin socket)")
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
     deprecations: list[DeprecatedSpelling] = []

@@ -71,6 +71,8 @@ class ServiceConfig:
     max_open_runs: int = 10_000
     max_run_secret_bytes: int = 16 << 10
     max_keyring_memory_bytes: int = 256 << 20
+    # Whether an operator can reach forget (it is served on the admin socket only).
+    forget: bool = False
 
 
 # No entry can count this many tokens (entries are capped far below it); it also fits a
@@ -219,6 +221,8 @@ class MemoryService:
                     # memory.list options); rank "relevance" is keyword-ranked, so
                     # "semantic", which claims embeddings, is not named.
                     "search": {"supported": True, "modes": ["filter"]},
+                    # RFC 0080: expiry, and forget by subject when an admin socket serves it.
+                    "retention": {"ttl": True, "forget": self._config.forget},
                 },
             }
         }

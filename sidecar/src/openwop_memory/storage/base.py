@@ -380,6 +380,19 @@ class Storage(Protocol):
     async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
         """The entry with this id in any tenant, deleted or not (for operators)."""
 
+    async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
+        """Physically remove every entry of ``tenant`` carrying ``tag``, in all its scopes,
+        deleted or not, and return how many went (for operators: RFC 0080's forget).
+
+        This is outside the replay envelope: snapshots that saw these entries stop seeing
+        them. The entry rows go, and with them all that hangs on a row (its tags, its
+        full-text index terms, whatever else a backend keeps per entry), and the
+        idempotency keys that pinned them (a put repeated with such a key stores anew).
+        Other tenants' entries are never touched, whatever their tags. It runs in
+        transactions of at most ``batch_size`` entries, so writers never stall; an entry
+        put with ``tag`` while it runs may survive it.
+        """
+
     async def backup(self, *, path: str) -> int:
         """Write a consistent copy of the whole database to the new file ``path`` (created
         0600: it holds every tenant's memory), check it, and return its size in bytes.

@@ -669,6 +669,43 @@ class PostgresqlStorage:
                     break
         return counts
 
+    async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
+        async def op(conn: Conn, effects: Effects) -> tuple[int, int]:
+            rows = await conn.fetch(
+                "SELECT t.scope_pk, t.seq FROM scopes s JOIN entry_tags t"
+                " ON t.scope_pk = s.scope_pk AND t.tag = $2 WHERE s.tenant = $1 LIMIT $3",
+                tenant,
+                tag,
+                batch_size,
+            )
+            if rows:
+                pks = [r[0] for r in rows]
+                seqs = [r[1] for r in rows]
+                await conn.execute(
+                    "DELETE FROM idempotency WHERE (scope_pk, entry_seq) IN"
+                    " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                    pks,
+                    seqs,
+                )
+                # Everything kept per entry is in its row (the full-text vector, say) or
+                # cascades from it (entry_tags).
+                status = await conn.execute(
+                    "DELETE FROM entries WHERE (scope_pk, seq) IN"
+                    " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                    pks,
+                    seqs,
+                )
+                # A sweep of another sidecar may have taken some of them meanwhile.
+                return len(rows), int(status.rsplit(" ", 1)[-1])
+            return 0, 0
+
+        total = 0
+        while True:
+            found, removed = await self._write(op)
+            total += removed
+            if found < batch_size:
+                return total
+
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         rows = await self._read(
             lambda conn: conn.fetch(

@@ -735,6 +735,39 @@ class SqliteStorage:
             await self._writer.checkpoint("PASSIVE")
         return counts
 
+    async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
+        def op(txn: Txn) -> int:
+            # The tenant's scopes by their unique index, then each scope's entries with the
+            # tag by entry_tags' primary key; tombstones carry their tags too.
+            seqs = [
+                r[0]
+                for r in txn.conn.execute(
+                    "SELECT t.seq FROM scopes s JOIN entry_tags t ON t.scope_pk = s.scope_pk"
+                    " AND t.tag = ? WHERE s.tenant = ? LIMIT ?",
+                    (tag, tenant, batch_size),
+                ).fetchall()
+            ]
+            if seqs:
+                doomed = orjson.dumps(seqs)
+                txn.conn.execute(
+                    "DELETE FROM idempotency WHERE entry_seq IN (SELECT value FROM json_each(?))",
+                    (doomed,),
+                )
+                # The row's dependants go with it: entry_tags by cascade, entries_fts by
+                # its trigger, and any column a later schema adds to the row.
+                txn.conn.execute(
+                    "DELETE FROM entries WHERE seq IN (SELECT value FROM json_each(?))", (doomed,)
+                )
+            return len(seqs)
+
+        total = 0
+        while True:
+            removed: int = await self._writer.write(op)
+            total += removed
+            if removed < batch_size:
+                return total
+            await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         with translate_errors():
             rows = await _fetch(
