@@ -134,6 +134,7 @@ class PostgresqlStorage:
         self,
         dsn: str,
         *,
+        create: bool = True,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
         connect_timeout: float = 5.0,
@@ -142,6 +143,7 @@ class PostgresqlStorage:
         prepared_statements: bool = True,
     ) -> None:
         self.dsn = dsn
+        self.create = create
         self.pool_min_size = pool_min_size
         self.pool_max_size = pool_max_size
         self.connect_timeout = connect_timeout
@@ -205,7 +207,8 @@ class PostgresqlStorage:
         migrate once; refuse a schema newer than this sidecar knows. True when the schema
         was created now (the database held none of ours).
 
-        :raises StorageStartupError: the schema is newer than this build.
+        :raises StorageStartupError: the schema is newer than this build, or there is none
+            and ``create`` is false.
         """
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
@@ -215,6 +218,13 @@ class PostgresqlStorage:
             )
             current = await conn.fetchval("SELECT max(version) FROM openwop_schema_migrations")
             current = current or 0
+            if current == 0 and not self.create:
+                name = await conn.fetchval("SELECT current_database()")
+                raise StorageStartupError(
+                    f"the PostgreSQL database {name} holds no openwop-memory tables and "
+                    "create_database is false: check that the URL names the right database, "
+                    "or set create_database = true to make the tables there"
+                )
             if current > LATEST_VERSION:
                 raise StorageStartupError(
                     f"the database schema is version {current}, newer than this sidecar "

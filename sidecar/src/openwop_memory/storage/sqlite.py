@@ -164,6 +164,7 @@ class SqliteStorage:
         self,
         path: str,
         *,
+        create: bool = True,
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
         read_connections: int = 2,
@@ -174,6 +175,7 @@ class SqliteStorage:
         checkpoint_bytes: int = WAL_CHECKPOINT_BYTES,
     ) -> None:
         self.path = path
+        self.create = create
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.read_connections = read_connections
@@ -232,9 +234,17 @@ class SqliteStorage:
         can make them readable by others; warn about an existing file that is. True when
         the file was created now.
 
-        :raises StorageStartupError: the directory or file cannot be created.
+        :raises StorageStartupError: the directory or file cannot be created, or is missing
+            and ``create`` is false.
         """
-        directory = os.path.dirname(os.path.abspath(self.path))
+        path = os.path.abspath(self.path)
+        if not self.create and not os.path.exists(path):
+            raise StorageStartupError(
+                f"the database {path} does not exist and create_database is false: check "
+                "the path (a mistyped one would start an empty memory), or set "
+                "create_database = true to make a new database there"
+            )
+        directory = os.path.dirname(path)
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
             created = not os.path.exists(self.path)
