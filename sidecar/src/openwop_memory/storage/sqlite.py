@@ -31,7 +31,7 @@ import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal, cast
 
 import aiosqlite
@@ -65,6 +65,7 @@ from .base import (
     StorageGauges,
     StorageHealth,
     StorageStartupError,
+    StoredEntry,
     SweepCounts,
     classify_run,
 )
@@ -813,6 +814,97 @@ class SqliteStorage:
         r = rows[0]
         # The entry's columns first (six, tokens included), then the scope and tombstone.
         return FoundEntry(Scope(r[6], r[7]), _row(r[:6]), bool(r[8]))
+
+    async def export_entries(
+        self, *, now_us: int, batch_size: int
+    ) -> AsyncIterator[Sequence[StoredEntry]]:
+        # A connection of its own, so a long export holds no pooled reader; one statement
+        # is one read transaction, so what it returns is one consistent point.
+        with translate_errors():
+            conn = await self._connect_reader()
+        try:
+            with translate_errors():
+                cursor = await conn.execute(
+                    f"SELECT s.tenant, s.key, {_ENTRY_COLUMNS} FROM entries e"
+                    " JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.deleted_seq IS NULL"
+                    " AND (e.expires_us IS NULL OR e.expires_us > ?) ORDER BY e.seq",
+                    (now_us,),
+                )
+            while True:
+                with translate_errors():
+                    rows = await cursor.fetchmany(batch_size)
+                if not rows:
+                    return
+                yield [StoredEntry(Scope(r[0], r[1]), _row(r[2:])) for r in rows]
+        finally:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await conn.close()
+
+    async def adopt_ref_key(self, *, key: bytes) -> bool:
+        def op(txn: Txn) -> bool:
+            rows = txn.conn.execute("SELECT value FROM meta WHERE key = 'ref_mac_key'").fetchall()
+            if rows and bytes(rows[0][0]) == key:
+                return True
+            if txn.conn.execute("SELECT 1 FROM scopes LIMIT 1").fetchall():
+                return False
+            txn.conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('ref_mac_key', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key,),
+            )
+            return True
+
+        adopted: bool = await self._writer.write(op)
+        return adopted
+
+    async def import_entries(self, *, entries: Sequence[StoredEntry]) -> int:
+        if not entries:
+            return 0
+        counted = [estimate_tokens(e.entry.content) for e in entries]  # outside the write
+
+        def op(txn: Txn) -> int:
+            wanted = orjson.dumps([e.entry.id for e in entries])
+            seen = {
+                r[0]
+                for r in txn.conn.execute(
+                    "SELECT id FROM entries WHERE id IN (SELECT value FROM json_each(?))",
+                    (wanted,),
+                ).fetchall()
+            }
+            fresh = []
+            for item, tokens in zip(entries, counted, strict=True):
+                if item.entry.id not in seen:
+                    seen.add(item.entry.id)
+                    fresh.append((item, tokens))
+            if not fresh:
+                return 0
+            # Sequence numbers of their own, past those the group commit reserved, and the
+            # clock pulled up to the newest createdAt, so later puts never date below it.
+            first, _ = txn.conn.execute(
+                "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
+                " RETURNING seq - ?, last_us",
+                (len(fresh), max(i.entry.created_us for i, _ in fresh), len(fresh)),
+            ).fetchall()[0]
+            for offset, (item, tokens) in enumerate(fresh, start=1):
+                row, seq = item.entry, first + offset
+                scope_pk = self._scope_pk(txn, item.scope)
+                txn.entries.append(
+                    EntryInsert(
+                        seq,
+                        row.id,
+                        scope_pk,
+                        row.content,
+                        orjson.dumps(row.tags),
+                        row.created_us,
+                        row.expires_us,
+                        tokens,
+                    )
+                )
+                txn.tags.extend((scope_pk, tag, seq) for tag in row.tags)
+            return len(fresh)
+
+        stored: int = await self._writer.write(op)
+        return stored
 
     async def backup(self, *, path: str) -> int:
         return await anyio.to_thread.run_sync(self._backup, path)

@@ -1,0 +1,123 @@
+"""``openwop-memory export`` and ``import``: a memory moved from one database to another
+(SQLite and PostgreSQL, either way) through the NDJSON file, with real sidecars on both
+ends: the refs workers hold reach the same entries afterwards, and a file that is cut off,
+or a database that already holds memory, imports nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.backends import BACKENDS, Backend
+from support.protocol import begin, delete, issue, list_all, put, secrets_param
+from support.sidecar import RawClient, Sidecar, run_cli
+
+# Each test chooses the backends it moves memory between.
+pytestmark = pytest.mark.backend_independent
+
+SECRET = "sk-transfer-0123456789"  # a run's secret: redacted before it is stored
+
+
+def fill(client: RawClient) -> list[str]:
+    """Entries in two tenants and three scopes (one deleted, one redacted); the refs."""
+    refs = [issue(client, "t-move", "a"), issue(client, "t-move", "b"), issue(client, "t-2", "a")]
+    begin(client, "w", "t-move", secrets=secrets_param(key=SECRET))
+    begin(client, "w2", "t-2")
+    put(client, "w", refs[0], "first", ["subject:x", "k"])
+    put(client, "w", refs[0], f"the key is {SECRET}")
+    put(client, "w", refs[1], "second", expires_at="2999-01-01T00:00:00Z")
+    gone = put(client, "w", refs[1], "deleted before the export")
+    assert delete(client, "w", refs[1], gone["id"])
+    put(client, "w2", refs[2], "another tenant")
+    return refs
+
+
+def seen(client: RawClient, refs: list[str], run: str) -> list[list[dict[str, Any]]]:
+    """What new runs of each ref's tenant see in it."""
+    begin(client, run + "-m", "t-move")
+    begin(client, run + "-2", "t-2")
+    runs = [run + "-m", run + "-m", run + "-2"]
+    return [list_all(client, r, ref) for r, ref in zip(runs, refs, strict=True)]
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    done = run_cli(*args, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_memory_moves_to_a_fresh_database_of_either_backend(
+    workdir: Path, backend: Backend
+) -> None:
+    export = workdir / "memory.ndjson"
+    with Sidecar(workdir, backend=backend) as source, source.client() as client:
+        refs = fill(client)
+        before = seen(client, refs, "before")
+        # Beside the running sidecar, which goes on serving.
+        code, out, err = cli("export", str(export), "--database", backend.url_for(source.database))
+        assert client.call("sidecar.health")["status"] == "ok"
+    assert code == 0, err
+    assert out.startswith(f"exported 4 entries of 2 tenants to {export} in ")
+    assert stat.S_IMODE(os.stat(export).st_mode) == 0o600
+    text = export.read_text()
+    assert SECRET not in text and "[REDACTED:key]" in text, "redacted as stored"
+    assert "deleted before the export" not in text
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert lines[0]["format"] == "openwop-memory-export" and lines[-1] == {
+        "end": True,
+        "entries": 4,
+    }
+    for target in BACKENDS.values():
+        moved = workdir / f"moved-{target.name}.db"
+        url = target.url_for(moved)
+        code, out, err = cli("import", str(export), "--database", url)
+        assert code == 0, err
+        assert out.startswith(f"imported 4 entries from {export} (0 already there) in ")
+        code, out, err = cli("import", str(export), "--database", url)
+        assert code == 0 and "imported 0 entries" in out and "(4 already there)" in out, err
+        sock = workdir / f"{target.name}.sock"
+        there = Sidecar(workdir, database=moved, backend=target, socket_path=sock)
+        with there, there.client() as client:
+            assert [issue(client, "t-move", "a"), issue(client, "t-move", "b")] == refs[:2]
+            assert seen(client, refs, "after") == before, (backend.name, target.name)
+
+
+def test_an_import_refuses_a_cut_file_and_a_database_with_memory_of_its_own(
+    workdir: Path,
+) -> None:
+    sqlite = BACKENDS["sqlite"]
+    export = workdir / "memory.ndjson"
+    with Sidecar(workdir, backend=sqlite) as source, source.client() as client:
+        fill(client)
+        url = sqlite.url_for(source.database)
+        assert cli("export", str(export), "--database", url)[0] == 0
+        code, _, err = cli("export", str(export), "--database", url)
+    assert code == 1 and f"cannot create {export}" in err, "never over an existing file"
+    cut = workdir / "cut.ndjson"
+    cut.write_text("".join(export.read_text().splitlines(keepends=True)[:-1]))
+    fresh = workdir / "fresh.db"
+    code, _, err = cli("import", str(cut), "--database", sqlite.url_for(fresh))
+    assert code == 1 and "ends without its trailer" in err, err
+    bad = workdir / "bad.ndjson"
+    lines = export.read_text().splitlines(keepends=True)
+    bad.write_text(lines[0] + '{"tenant": "t", "scope": "nope"}\n' + "".join(lines[1:]))
+    code, _, err = cli("import", str(bad), "--database", sqlite.url_for(fresh))
+    assert code == 1 and err.startswith("openwop-memory: import failed: line 2: "), err
+    code, out, err = cli(
+        "export", str(workdir / "empty.ndjson"), "--database", sqlite.url_for(fresh)
+    )
+    assert code == 0 and out.startswith("exported 0 entries"), "nothing was imported"
+    with Sidecar(workdir, database=workdir / "own.db", backend=sqlite) as own:
+        with own.client() as client:
+            fill(client)
+        code, _, err = cli("import", str(export), "--database", sqlite.url_for(own.database))
+    assert code == 1 and "already holds memory under another ref key" in err
+    missing = workdir / "missing.db"
+    code, _, err = cli(
+        "export", str(workdir / "none.ndjson"), "--database", sqlite.url_for(missing)
+    )
+    assert code == 1 and "does not exist" in err and not missing.exists()
+    assert not (workdir / "none.ndjson").exists()
