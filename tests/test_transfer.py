@@ -19,6 +19,7 @@ from support.sidecar import RawClient, Sidecar, run_cli
 # Each test chooses the backends it moves memory between.
 pytestmark = pytest.mark.backend_independent
 
+README = Path(__file__).resolve().parents[1] / "README.md"
 SECRET = "sk-transfer-0123456789"  # a run's secret: redacted before it is stored
 
 
@@ -121,3 +122,25 @@ def test_an_import_refuses_a_cut_file_and_a_database_with_memory_of_its_own(
     )
     assert code == 1 and "does not exist" in err and not missing.exists()
     assert not (workdir / "none.ndjson").exists()
+
+
+def test_the_readmes_move_to_postgresql_runs_as_written(workdir: Path) -> None:
+    section = README.read_text().partition("### Moving memory between databases")[2]
+    block = section.partition("```\n")[2].partition("```")[0]
+    commands = [line.split() for line in block.splitlines() if line.startswith("openwop-memory ")]
+    assert [c[1] for c in commands] == ["export", "import"]
+    source, target = BACKENDS["sqlite"], BACKENDS["postgresql"]
+    swap = {
+        "sqlite:////var/lib/openwop-memory/memory.db": source.url_for(workdir / "memory.db"),
+        "postgresql://openwop@db.internal/memory": target.url_for(workdir / "moved.db"),
+        "memory.ndjson": str(workdir / "memory.ndjson"),
+    }
+    with Sidecar(workdir, backend=source) as sidecar, sidecar.client() as client:
+        refs = fill(client)
+        before = seen(client, refs, "before")
+    for command in commands:
+        code, _, err = cli(*(swap.get(word, word) for word in command[1:]))
+        assert code == 0, err
+    moved = Sidecar(workdir, database=workdir / "moved.db", backend=target)
+    with moved, moved.client() as client:
+        assert seen(client, refs, "after") == before
