@@ -202,6 +202,7 @@ def test_forget_removes_a_subject_from_every_scope_of_the_tenant_for_every_run(
         now = [listing(client, "after", ref) for ref in refs]
         other = listing(client, "after-other", other_ref)
         events = sidecar.events("subject_forgotten")
+        page = client.call("sidecar.metrics")["text"]
     check_capabilities(caps)
     assert caps["capabilities"]["memory"]["retention"] == {"ttl": True, "forget": True}
     assert out.returncode == 0, out.stderr
@@ -214,3 +215,4 @@ def test_forget_removes_a_subject_from_every_scope_of_the_tenant_for_every_run(
     assert {e["id"] for e in doomed}.isdisjoint(e["id"] for e in seen[0] + now[0])
     assert [(e["tenant"], e["forgotten"]) for e in events] == [(TENANT, 2), (TENANT, 0)]
     assert "alice" not in json.dumps(events), "the subject's id is not logged"
+    assert "\nopenwop_memory_forgotten_entries_total 2.0\n" in page

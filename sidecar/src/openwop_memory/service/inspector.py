@@ -143,5 +143,6 @@ class Inspector:
             tenant=tenant, tag=SUBJECT_TAG_PREFIX + subject, batch_size=self._forget_batch
         )
         seconds = round(time.monotonic() - started, 3)
+        self._service.stats.entries_forgotten += count
         log.info("subject_forgotten", tenant=tenant, forgotten=count, seconds=seconds)
         return {"tenant": tenant, "subject": subject, "forgotten": count, "seconds": seconds}

@@ -189,6 +189,7 @@ class MemoryService:
         self._compiler = KeyringCompiler(self._keyring_budget)
         self._runs = RunRegistry(config.max_open_runs, self._keyring_budget)
         self._keyrings = KeyringCache(host_secrets, self._compiler, self._runs)
+        self._host_secrets = host_secrets
         self._put_policy = PutPolicy(
             max_entry_size_bytes=config.max_entry_size_bytes,
             redaction=config.redaction,
@@ -515,6 +516,7 @@ class MemoryService:
             keyrings=self._keyring_gauges(),
             storage=gauges,
             refs_rejected=self._refs.rejected,
+            host_reloads=None if self._host_secrets is None else self._host_secrets.reloads,
         )
 
     def _keyring_gauges(self) -> KeyringGauges:
@@ -544,6 +546,9 @@ class MemoryService:
         stats.sweeps += 1
         stats.entries_swept += counts.expired_entries
         stats.tombstones_purged += counts.purged_tombstones
+        stats.snapshots_expired += counts.expired_runs
+        stats.run_markers_purged += counts.purged_runs
+        stats.idempotency_keys_purged += counts.purged_idempotency_keys
         if counts.errors:
             stats.sweep_failures += 1
         return counts

@@ -262,6 +262,9 @@ class StorageGauges:
     scopes_estimate: int | None = None
     commits: int | None = None  # transactions committed by this process
     committed_writes: int | None = None  # writes those commits carried (group commits)
+    # Commits by the writes they carried: (upper bound, commits) per bucket, not cumulative,
+    # the last bound None (unbounded).
+    batch_sizes: tuple[tuple[int | None, int], ...] | None = None
 
 
 class Storage(Protocol):

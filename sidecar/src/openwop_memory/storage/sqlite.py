@@ -72,7 +72,15 @@ from .base import (
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors, translated
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
-from .sqlite_writer import WAL_CHECKPOINT_BYTES, EntryInsert, GroupCommit, KeyInsert, OpFn, Txn
+from .sqlite_writer import (
+    BATCH_BUCKETS,
+    WAL_CHECKPOINT_BYTES,
+    EntryInsert,
+    GroupCommit,
+    KeyInsert,
+    OpFn,
+    Txn,
+)
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -969,6 +977,7 @@ class SqliteStorage:
             scopes_estimate=scopes or 0,
             commits=self._writer.commits,
             committed_writes=self._writer.committed_ops,
+            batch_sizes=tuple(zip((*BATCH_BUCKETS, None), self._writer.batch_sizes, strict=True)),
         )
 
     async def health(self) -> StorageHealth:
