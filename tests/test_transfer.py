@@ -144,3 +144,12 @@ def test_the_readmes_move_to_postgresql_runs_as_written(workdir: Path) -> None:
     moved = Sidecar(workdir, database=workdir / "moved.db", backend=target)
     with moved, moved.client() as client:
         assert seen(client, refs, "after") == before
+
+
+@pytest.mark.parametrize("command", ["export", "import"])
+def test_each_says_where_it_finds_the_database_and_how_it_exits(command: str) -> None:
+    code, out, _ = cli(command, "--help")
+    assert code == 0
+    for needle in ("--database URL", "OPENWOP_MEMORY_DATABASE", "OPENWOP_MEMORY_CONFIG", "0600"):
+        assert needle in out, (needle, out)
+    assert "exit codes:\n  0  done\n  1  it could not be done" in out
