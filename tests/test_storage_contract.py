@@ -27,7 +27,7 @@ from openwop_memory.storage.base import (
 from openwop_memory.timefmt import now_us
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 from support.backends import BACKENDS, Backend
-from support.on_disk import query
+from support.on_disk import files_of, query
 from support.store import DAY, RETENTION, SECOND, begun, fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
@@ -532,7 +532,7 @@ async def test_forget_purges_a_tenants_subject_everywhere_snapshots_included(
     store: Storage, backend: Backend, tmp_path: Path
 ) -> None:
     subject = ("subject:s1",)
-    plain = await stored(store, put_request(A, "forgettable walrus", tags=subject))
+    plain = await stored(store, put_request(A, "forgettable walrus zyzzyva", tags=subject))
     other_scope = await stored(store, put_request(A2, "forgettable walrus", tags=("x", *subject)))
     pinned = await stored(store, put_request(A, "pinned walrus", tags=subject, key="k1"))
     other_subject = await stored(store, put_request(A, "kept walrus", tags=("subject:s2",)))
@@ -569,6 +569,10 @@ async def test_forget_purges_a_tenants_subject_everywhere_snapshots_included(
             path, "SELECT seq FROM entries WHERE id IN (?, ?)", (other_subject.id, again.entry.id)
         )
         assert sorted(indexed) == sorted(kept), "no index row outlives its entry"
+        await store.close()  # checkpointed: the file alone holds the data
+        on_disk = b"".join(files_of(tmp_path).values())
+        assert b"zyzzyva" not in on_disk, "neither its text nor its index terms stay on disk"
+        assert b"kept walrus" in on_disk
 
 
 async def exported(store: Storage, now: int, batch_size: int = 2) -> list[StoredEntry]:

@@ -104,6 +104,8 @@ _SCORES = (
     " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n) - df.cnt"
     " + 0.5) / (df.cnt + 0.5))), 9) FROM v JOIN df ON df.term = v.term GROUP BY v.seq)"
 )
+# Merges every segment of the full-text index into one, dropping deleted rows' terms.
+_FTS_OPTIMIZE = "INSERT INTO entries_fts (entries_fts) VALUES ('optimize')"
 # Idempotency keys pin their entry (the second put returns it even after delete or expiry).
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
 # Below this much free space on the database's file system, health reports ``disk_full``:
@@ -784,8 +786,19 @@ class SqliteStorage:
             removed: int = await self._writer.write(op)
             total += removed
             if removed < batch_size:
-                return total
+                break
             await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+        if total:
+            # FTS5 forgets a row by adding a delete marker; the row's terms stay in the old
+            # segments until they are merged. Merging them all now (secure_delete zeroes
+            # the pages freed) leaves no term of the forgotten entries in the database
+            # file once checkpointed. It holds the writer for about 0.15 s per 20,000
+            # entries indexed (measured): an operator's rare action. The WAL keeps older
+            # frames until it starts over, as after any delete.
+            await self._writer.write(_statement(_FTS_OPTIMIZE, ()))
+            with contextlib.suppress(MemoryServiceError):
+                await self._writer.checkpoint("PASSIVE")
+        return total
 
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         with translate_errors():
