@@ -312,7 +312,7 @@ class Settings(BaseModel):
         None,
         min_length=1,
         description="path of a second socket (mode 0600) for the operator's admin methods "
-        "(openwop-memory inspect and backup); not set: none",
+        "(openwop-memory inspect, backup and forget); not set: none",
     )
     metrics_address: Annotated[str | None, BeforeValidator(_address)] = Field(
         None,
