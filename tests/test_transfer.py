@@ -5,6 +5,7 @@ or a database that already holds memory, imports nothing."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openwop_memory.transfer import TransferError, entries_of, read_key
 from support.backends import BACKENDS, Backend
 from support.protocol import begin, delete, issue, list_all, put, secrets_param
 from support.sidecar import RawClient, Sidecar, run_cli
@@ -153,3 +155,57 @@ def test_each_says_where_it_finds_the_database_and_how_it_exits(command: str) ->
     for needle in ("--database URL", "OPENWOP_MEMORY_DATABASE", "OPENWOP_MEMORY_CONFIG", "0600"):
         assert needle in out, (needle, out)
     assert "exit codes:\n  0  done\n  1  it could not be done" in out
+
+
+GOOD_HEADER = (
+    '{"format": "openwop-memory-export", "version": 1, "exportedAt": "2026-01-01T00:00:00Z",'
+    f' "refKey": "{"A" * 43}="}}\n'
+)
+GOOD_ENTRY = (
+    '{"tenant": "t", "scope": "plain:00ff", "id": "mem_1", "content": "c", "tags": ["a"],'
+    ' "createdAt": "2026-01-01T00:00:00Z"}\n'
+)
+TRAILER_1 = '{"end": true, "entries": 1}\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json\n", "line 1: not JSON"),
+        (
+            GOOD_HEADER.replace("memory-export", "memory-dump"),
+            "line 1: not an openwop-memory-export file",
+        ),
+        (GOOD_HEADER.replace("A" * 43 + "=", "QUJD"), "line 1: refKey is not 32 bytes"),
+        (
+            GOOD_HEADER + GOOD_ENTRY + '{"end": true, "entries": 2}\n',
+            "line 3: the trailer counts 2",
+        ),
+        (GOOD_HEADER + GOOD_ENTRY + TRAILER_1 + GOOD_ENTRY, "line 4: a line after the trailer"),
+        (GOOD_HEADER + GOOD_ENTRY.replace("2026-01-01T00:00:00Z", "yesterday"), "not RFC 3339"),
+        (
+            GOOD_HEADER + GOOD_ENTRY.replace('["a"]', '["a", "a"]'),
+            "line 2: tags: a tag is repeated",
+        ),
+        (GOOD_HEADER + GOOD_ENTRY.replace('"c"', "1"), "line 2: content: "),
+        (GOOD_HEADER + GOOD_ENTRY, "line 3: the file ends without its trailer"),
+    ],
+)
+def test_a_bad_file_is_refused_naming_its_line_and_no_content(text: str, message: str) -> None:
+    with pytest.raises(TransferError) as refused:
+        read_key(io.BytesIO(text.encode()))
+    assert message in str(refused.value)
+    assert '"c"' not in str(refused.value)
+
+
+def test_a_good_file_gives_its_key_count_and_entries_in_order() -> None:
+    source = io.BytesIO((GOOD_HEADER + GOOD_ENTRY + TRAILER_1).encode())
+    key, count = read_key(source)
+    assert (len(key), count) == (32, 1)
+    (entry,) = entries_of(source)
+    assert (entry.scope.tenant, entry.scope.key, entry.entry.id, entry.entry.tags) == (
+        "t",
+        "plain:00ff",
+        "mem_1",
+        ("a",),
+    )
