@@ -118,6 +118,10 @@ def test_an_import_refuses_a_cut_file_and_a_database_with_memory_of_its_own(
             fill(client)
         code, _, err = cli("import", str(export), "--database", sqlite.url_for(own.database))
     assert code == 1 and "already holds memory under another ref key" in err
+    code, _, err = cli("import", str(workdir / "nothing.ndjson"), "--database", url)
+    assert code == 1 and f"cannot read {workdir / 'nothing.ndjson'}" in err
+    code, _, err = cli("export", str(workdir / "x.ndjson"), "--config", str(workdir / "no.toml"))
+    assert code == 1 and "no.toml" in err
     missing = workdir / "missing.db"
     code, _, err = cli(
         "export", str(workdir / "none.ndjson"), "--database", sqlite.url_for(missing)
