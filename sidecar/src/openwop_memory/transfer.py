@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -109,10 +110,12 @@ async def export_to(storage: Storage, out: IO[bytes]) -> Exported:
     out.write(orjson.dumps(header) + b"\n")
     count = 0
     tenants: set[str] = set()
-    async for batch in storage.export_entries(now_us=now, batch_size=BATCH):
-        out.write(b"".join(orjson.dumps(_entry_line(item)) + b"\n" for item in batch))
-        count += len(batch)
-        tenants.update(item.scope.tenant for item in batch)
+    # Closed at once if writing fails: the read it holds open must not outlive the export.
+    async with contextlib.aclosing(storage.export_entries(now_us=now, batch_size=BATCH)) as read:
+        async for batch in read:
+            out.write(b"".join(orjson.dumps(_entry_line(item)) + b"\n" for item in batch))
+            count += len(batch)
+            tenants.update(item.scope.tenant for item in batch)
     out.write(orjson.dumps({"end": True, "entries": count}) + b"\n")
     return Exported(count, len(tenants), round(time.monotonic() - started, 3))
 

@@ -31,7 +31,7 @@ What a backend promises:
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
@@ -407,7 +407,7 @@ class Storage(Protocol):
 
     def export_entries(
         self, *, now_us: int, batch_size: int
-    ) -> AsyncIterator[Sequence[StoredEntry]]:
+    ) -> AsyncGenerator[Sequence[StoredEntry], None]:
         """Every entry of every tenant that is live at ``now_us`` (neither deleted nor
         expired), read as of one consistent point while writers go on, in commit order
         (of each tenant, at least), in lists of at most ``batch_size``. Runs, snapshots,

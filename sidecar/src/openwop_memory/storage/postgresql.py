@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
 import anyio
@@ -757,7 +757,7 @@ class PostgresqlStorage:
 
     async def export_entries(
         self, *, now_us: int, batch_size: int
-    ) -> AsyncIterator[Sequence[StoredEntry]]:
+    ) -> AsyncGenerator[Sequence[StoredEntry], None]:
         # One repeatable-read transaction: every batch is read as of its first statement.
         with translate_errors():
             async with (
