@@ -16,6 +16,7 @@ import pytest
 from openwop_memory.retrieval import estimate_tokens
 from openwop_memory_client import (
     AsyncMemoryClient,
+    AsyncMemoryRun,
     EntryInput,
     MemoryClient,
     MemoryEntry,
@@ -302,6 +303,24 @@ def test_blocking_methods_carry_their_own_docstrings(cls: type[object]) -> None:
             continue
         assert doc and not doc.startswith("See "), f"{cls.__name__}.{name}: {doc!r}"
     assert "ttl" in (MemoryRun.put.__doc__ or "")
+
+
+@pytest.mark.parametrize(
+    ("blocking", "non_blocking"), [(MemoryClient, AsyncMemoryClient), (MemoryRun, AsyncMemoryRun)]
+)
+def test_blocking_methods_take_what_the_async_ones_take(
+    blocking: type[object], non_blocking: type[object]
+) -> None:
+    """The blocking face only waits for the async one: the same parameters, the same
+    defaults, for every public method (search and the v2 list keywords included)."""
+    names = [n for n, m in inspect.getmembers(non_blocking, inspect.isfunction) if n[0] != "_"]
+    assert {"list", "search", "put"} <= set(names) or {"run", "issue_ref"} <= set(names)
+    for name in names:
+        ours = inspect.signature(getattr(blocking, name)).parameters
+        theirs = inspect.signature(getattr(non_blocking, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+            (p.name, p.kind, p.default) for p in theirs.values()
+        ], name
 
 
 def test_the_client_names_fields_as_the_sidecar_does() -> None:
