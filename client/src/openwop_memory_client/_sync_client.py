@@ -259,8 +259,8 @@ class MemoryRun:
         :param limit: at most this many entries; omitted or 0 means the sidecar's default
             (100), and more than its maximum (1000) means the maximum.
         :param tag: only entries carrying this tag.
-        :param rank: ``"recency"`` (the default: newest first) or ``"relevance"``: only
-            the entries matching ``query``, most relevant first. :meth:`search` is this
+        :param rank: ``"recency"`` (the default: newest first) or ``"relevance"``: the
+            entries relevant to ``query``, most relevant first. :meth:`search` is this
             with ``rank="relevance"``.
         :param query: the text to rank by, 1 to 4096 characters; only with
             ``rank="relevance"``.
@@ -313,8 +313,10 @@ class MemoryRun:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
     ) -> builtins.list[MemoryEntry]:
-        """The entries of the run's snapshot that match ``query``, most relevant first:
+        """The entries of the run's snapshot relevant to ``query``, most relevant first:
         :meth:`list` with ``rank="relevance"``; the other keywords are :meth:`list`'s.
+        (``capabilities()["memory"]["search"]["modes"]`` says how the sidecar judges
+        relevance: by keywords alone, or with ``semantic`` by meaning too.)
 
         :param query: the text to search for, 1 to 4096 characters.
 
