@@ -197,10 +197,21 @@ def test_a_socket_activated_sidecar_serves_pings_and_leaves_the_socket(workdir: 
 
 
 def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir: Path) -> None:
-    """Without activation the sidecar removes the socket it created; if another process
-    has put a socket of its own at the path meanwhile, that one stays."""
+    """Without activation the sidecar removes the sockets it created (the workers' and
+    the admin socket); if another process has put a socket of its own at either path
+    meanwhile, that one stays."""
     path = workdir / "memory.sock"
-    argv = [EXE, "serve", "--socket", str(path), "--database", f"sqlite:///{workdir / 'm.db'}"]
+    admin = workdir / "admin.sock"
+    argv = [
+        EXE,
+        "serve",
+        "--socket",
+        str(path),
+        "--admin-socket",
+        str(admin),
+        "--database",
+        f"sqlite:///{workdir / 'm.db'}",
+    ]
     notify = NotifyListener(workdir / "notify.sock")
     env = {**os.environ, "NOTIFY_SOCKET": str(notify.path)}
     try:
@@ -210,14 +221,17 @@ def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir
             notify.wait_for("READY=1")
             with RawClient(path) as client:
                 client.send_line(b'{"jsonrpc":"2.0","id":1,"method":"sidecar.health"}')
-                # The successor: a socket of another process where ours was.
-                path.unlink()
-                successor = bound_listener(path)
+                # The successors: sockets of another process where ours were.
+                successors = []
+                for replaced in (path, admin):
+                    replaced.unlink()
+                    successors.append(bound_listener(replaced))
                 proc.send_signal(signal.SIGTERM)
                 assert proc.wait(20) == 0
-            assert path.is_socket(), "the sidecar removed a socket it did not create"
-            successor.close()
-            path.unlink()
+            for replaced, successor in zip((path, admin), successors, strict=True):
+                assert replaced.is_socket(), f"the sidecar removed {replaced.name}, not its own"
+                successor.close()
+                replaced.unlink()
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -226,10 +240,11 @@ def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir
         with open(workdir / "own.log", "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         notify.wait_for("READY=1")
-        assert path.is_socket()
+        assert path.is_socket() and admin.is_socket()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
         assert not path.exists(), "the sidecar left its own socket behind"
+        assert not admin.exists(), "the sidecar left its own admin socket behind"
     finally:
         notify.close()
 
