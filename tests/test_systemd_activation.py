@@ -100,20 +100,31 @@ def bound_listener(path: Path) -> socket.socket:
 
 
 def start_activated(
-    workdir: Path, listener: socket.socket, notify: NotifyListener, *, log_name: str
+    workdir: Path,
+    listener: socket.socket,
+    notify: NotifyListener,
+    *,
+    log_name: str,
+    passed: list[tuple[socket.socket, str]] | None = None,
+    socket_setting: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """``openwop-memory serve`` with ``listener`` as its descriptor 3, the way systemd
-    passes a socket unit's socket."""
-    fd = listener.fileno()
+    passes a socket unit's socket; or with each of ``passed`` (socket, FileDescriptorName)
+    in turn from descriptor 3 on."""
+    passed = passed or [(listener, "openwop-memory.socket")]
+    fds = [sock.fileno() for sock, _ in passed]
 
-    def as_descriptor_3() -> None:
-        os.dup2(fd, 3)
-        os.set_inheritable(3, True)  # dup2 onto itself would keep close-on-exec
+    def as_descriptors_from_3() -> None:
+        # Out of the way first, so that no dup2 overwrites a descriptor still to be moved.
+        moved = [os.dup(fd) for fd in fds]
+        for offset, fd in enumerate(moved):
+            os.dup2(fd, 3 + offset)
+            os.set_inheritable(3 + offset, True)  # dup2 onto itself keeps close-on-exec
 
     env = {
         **os.environ,
-        "LISTEN_FDS": "1",
-        "LISTEN_FDNAMES": "openwop-memory.socket",
+        "LISTEN_FDS": str(len(passed)),
+        "LISTEN_FDNAMES": ":".join(name for _, name in passed),
         "NOTIFY_SOCKET": str(notify.path),
         "WATCHDOG_USEC": str(WATCHDOG_USEC),
     }
@@ -121,7 +132,7 @@ def start_activated(
         EXE,
         "serve",
         "--socket",
-        socket_path(listener),
+        socket_setting or socket_path(listener),
         "--database",
         f"sqlite:///{workdir / 'memory.db'}",
     ]
@@ -131,8 +142,8 @@ def start_activated(
             stdout=log,
             stderr=log,
             env=env,
-            close_fds=False,  # only descriptor 3 is inheritable: Python's own are not
-            preexec_fn=as_descriptor_3,
+            close_fds=False,  # only the passed ones are inheritable: Python's own are not
+            preexec_fn=as_descriptors_from_3,
         )
 
 
@@ -249,6 +260,47 @@ def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir
         notify.close()
 
 
+def test_of_two_passed_sockets_the_one_named_memory_is_served(workdir: Path) -> None:
+    """``LISTEN_FDNAMES`` decides between passed sockets: the one named ``memory`` is
+    served even though the ``socket`` setting names neither, and the other is left alone,
+    listening, with nothing accepted from it."""
+    notify = NotifyListener(workdir / "notify.sock")
+    other = bound_listener(workdir / "other.sock")
+    memory = bound_listener(workdir / "memory.sock")
+    other.settimeout(0)
+    try:
+        proc = start_activated(
+            workdir,
+            memory,
+            notify,
+            log_name="named.log",
+            passed=[(other, "other"), (memory, "memory")],
+            socket_setting=str(workdir / "elsewhere.sock"),
+        )
+        try:
+            notify.wait_for("READY=1")
+            with RawClient(workdir / "memory.sock") as client:
+                assert client.call("sidecar.health")["status"] == "ok"
+            waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            waiting.connect(str(workdir / "other.sock"))  # queued, never accepted by it
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0, (workdir / "named.log").read_text()
+            accepted, _ = other.accept()  # still the test's: the connection waited for it
+            accepted.close()
+            waiting.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+        log = (workdir / "named.log").read_text()
+        assert "socket_setting_differs" in log, log
+        assert (workdir / "other.sock").is_socket() and (workdir / "memory.sock").is_socket()
+    finally:
+        for sock in (other, memory):
+            sock.close()
+        notify.close()
+
+
 # -- the environment, read once and removed -------------------------------------------------
 
 
@@ -315,6 +367,24 @@ def test_the_listening_unix_stream_socket_is_chosen(workdir: Path) -> None:
             chosen.detach()
             with pytest.raises(StartupError, match="several"):
                 choose_listener(both, str(workdir / "elsewhere.sock"))
+            # Named: the name decides, wherever the setting points.
+            for name in ("memory", "openwop-memory.socket"):
+                named = [
+                    PassedDescriptor(stream.fileno(), "s"),
+                    PassedDescriptor(second.fileno(), name),
+                ]
+                chosen = choose_listener(named, str(workdir / "s.sock"))
+                assert chosen is not None and chosen.fileno() == second.fileno()
+                chosen.detach()
+            # Both named so (two ListenStream= of one unit): the setting decides between them.
+            alike = [
+                PassedDescriptor(s.fileno(), "openwop-memory.socket") for s in (stream, second)
+            ]
+            chosen = choose_listener(alike, str(workdir / "s.sock"))
+            assert chosen is not None and chosen.fileno() == stream.fileno()
+            chosen.detach()
+            with pytest.raises(StartupError, match="FileDescriptorName=memory"):
+                choose_listener(alike, str(workdir / "elsewhere.sock"))
         finally:
             second.close()
     finally:
