@@ -30,6 +30,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from support.deploy_tools import ensure_deploy_tools
 from support.sidecar import RawClient, Sidecar, unmeasured
 
 pytestmark = [
@@ -233,9 +234,7 @@ def test_the_documented_load_figures_are_the_measured_ones(measured: Measured) -
 
 
 def _systemd_version() -> int:
-    out = subprocess.run(
-        ["systemd-analyze", "--version"], capture_output=True, text=True, check=True
-    ).stdout
+    out = ensure_deploy_tools()
     match = re.match(r"systemd (\d+)", out)
     assert match is not None, out
     return int(match.group(1))
@@ -243,6 +242,7 @@ def _systemd_version() -> int:
 
 def security_score(unit: Path) -> float:
     """``systemd-analyze security --offline=true``'s overall exposure of ``unit``."""
+    ensure_deploy_tools()
     result = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
         capture_output=True,

@@ -369,11 +369,11 @@ def test_the_listening_unix_stream_socket_is_chosen(workdir: Path) -> None:
                 choose_listener(both, str(workdir / "elsewhere.sock"))
             # Named: the name decides, wherever the setting points.
             for name in ("memory", "openwop-memory.socket"):
-                named = [
+                by_name = [
                     PassedDescriptor(stream.fileno(), "s"),
                     PassedDescriptor(second.fileno(), name),
                 ]
-                chosen = choose_listener(named, str(workdir / "s.sock"))
+                chosen = choose_listener(by_name, str(workdir / "s.sock"))
                 assert chosen is not None and chosen.fileno() == second.fileno()
                 chosen.detach()
             # Both named so (two ListenStream= of one unit): the setting decides between them.

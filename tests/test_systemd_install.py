@@ -5,11 +5,12 @@ inside a mount namespace whose ``/etc``, ``/opt``, ``/usr/local``, ``/var`` and 
 overlays with throwaway upper layers: a scratch root standing in for ``/`` that leaves the
 host as it was. What a stock Debian 12 lacks (``/etc/sysusers.d``) and whatever an earlier
 install left is removed from it first, and root's ``PATH`` finds a failing ``python3``
-first, as it finds a Python under ``/root`` on some hosts. Only the lines that need a running systemd cannot run here (the test
-machines have none); the test does what systemd would do for them with the *installed*
-units: it binds the socket as ``openwop-memory.socket`` says, makes the state directory as
-``StateDirectory=`` says, and starts ``ExecStart=`` as ``User=`` with the socket as
-descriptor 3, the unit's ``UMask=`` and ``WorkingDirectory=``, and reads its notifications.
+first, as it finds a Python under ``/root`` on some hosts. Only the lines that need a
+running systemd cannot run here (the test machines have none); the test does what systemd
+would do for them with the *installed* units: it binds the socket as
+``openwop-memory.socket`` says, makes the state directory as ``StateDirectory=`` says, and
+starts ``ExecStart=`` as ``User=`` with the socket as descriptor 3, the unit's ``UMask=``
+and ``WorkingDirectory=``, and reads its notifications.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.deploy_tools import ensure_deploy_tools
 from test_deployment import _PROBE_COST, _prose, assert_probe_cost_quoted, measure_probe
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
@@ -275,8 +277,9 @@ class StandInManager:
 
 @pytest.fixture
 def scratch_root(tmp_path: Path) -> Iterator[Namespace]:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.fail("the install test needs root and unshare(1), as CI has")
+    if os.geteuid() != 0:
+        pytest.fail("the install test needs root, as CI has")
+    ensure_deploy_tools()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     ns = Namespace(scratch)
