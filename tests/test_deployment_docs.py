@@ -278,3 +278,48 @@ def test_the_kubernetes_page_quotes_the_pre_1_29_hooks() -> None:
         "terminationGracePeriodSeconds"
     ]
     assert grace > int(pre_stop[-1]) + DEFAULTS.drain_timeout
+
+
+def _secrets_used(workload: dict[str, Any]) -> set[tuple[str, str | None]]:
+    """(Secret name, key) of every Secret ``workload``'s Pods use; key None for a volume."""
+    spec = workload["spec"]["template"]["spec"]
+    used: set[tuple[str, str | None]] = {
+        (v["secret"]["secretName"], None) for v in spec["volumes"] if "secret" in v
+    }
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        for variable in container.get("env", []):
+            ref = variable.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                used.add((ref["name"], ref["key"]))
+    return used
+
+
+def test_the_kubernetes_page_s_commands_name_what_the_manifests_use() -> None:
+    """The Secrets the page creates are the ones the manifests read (by name and key), the
+    objects it names exist, and the metrics port it describes is every manifest's."""
+    page = KUBERNETES / "README.md"
+    text = _prose(page.read_text())
+    created = re.findall(
+        r"kubectl create secret generic (\S+) (?:\\ )?--from-(?:literal|file)=(\w+)", text
+    )
+    assert created, "kubernetes/README.md no longer creates a Secret"
+    workloads = _workloads()
+    used = set().union(*(_secrets_used(w) for w in workloads.values()))
+    for name, key in created:
+        assert (name, key) in used or (name, None) in used, (name, key, used)
+    assert {n for n, _ in used} == {n for n, _ in created}, "a Secret the page never creates"
+    for kind, name in re.findall(r"kubectl rollout status (\w+)/([\w-]+)", text):
+        assert any(
+            w["kind"].lower() == kind and w["metadata"]["name"] == name for w in workloads.values()
+        ), (kind, name)
+    assert re.findall(r"kubectl (?:exec|logs) \S+ -c (\w+)", text) != []
+    for container in re.findall(r"kubectl (?:exec|logs) \S+ -c (\w+)", text):
+        assert container == "memory"
+    address = re.search(r"`OPENWOP_MEMORY_METRICS_ADDRESS=([\d.]+:(\d+))`", text)
+    assert address is not None
+    for workload in workloads.values():
+        sidecar = _sidecar(workload)
+        assert _env(sidecar)["OPENWOP_MEMORY_METRICS_ADDRESS"] == address.group(1)
+        assert {"name": "metrics", "containerPort": int(address.group(2))} in sidecar["ports"]
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == address.group(2)
