@@ -355,6 +355,10 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         runtime = ns.root / "run/openwop-memory"
         assert (runtime.stat().st_gid, runtime.stat().st_mode & 0o777) == (gid, 0o750)
         assert '"level":"warning"' not in manager.log().replace(" ", ""), manager.log()
+        # WatchdogSec= of the unit reached the sidecar, which pings at once and then every
+        # half interval.
+        manager.wait_for("WATCHDOG=1", timeout=10)
+        assert '"socket_activation":true' in manager.log().replace(" ", ""), manager.log()
         # The probe's cost, as installed: what the page quotes.
         cost = measure_probe(
             "/run/openwop-memory/memory.sock", ns.argv("openwop-memory", "health"), env=env
