@@ -22,6 +22,7 @@ import pytest
 from openwop_memory.cli import _health_parser
 from openwop_memory.config import Settings
 from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.systemd import WORKER_SOCKET_NAMES
 from openwop_memory.wire.access_log import CLIENT_ERROR_LINES_PER_SECOND
 from test_deployment import (
     MANIFESTS,
@@ -116,6 +117,14 @@ def test_the_systemd_page_quotes_the_watchdog_and_stop_settings(tmp_path: Path) 
     assert _seconds(service["TimeoutStopSec"]) > 2 * defaults.drain_timeout
     assert service["RestartSec"] == "1s"
     _says(page, "restarts a sidecar that crashed or that the watchdog stopped, after one second")
+
+
+def test_the_systemd_page_names_the_socket_names_the_sidecar_serves() -> None:
+    page = SYSTEMD / "README.md"
+    memory, unit_name = WORKER_SOCKET_NAMES
+    _says(page, f"it serves the one named `{memory}` (`FileDescriptorName={memory}`)")
+    _says(page, f"or `{unit_name}` (a socket unit's default name)")
+    assert (SYSTEMD / unit_name).is_file()
 
 
 def test_the_systemd_page_quotes_the_health_and_log_defaults() -> None:
