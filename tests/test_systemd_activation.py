@@ -34,6 +34,7 @@ from openwop_memory.systemd import (
     choose_listener,
     socket_path,
 )
+from support.postgres import PostgresServer
 from support.sidecar import EXE, RawClient
 
 # Nothing here depends on the storage backend: one pass is enough.
@@ -440,3 +441,63 @@ async def test_a_stuck_writer_stops_the_watchdog_pings_until_it_ends(workdir: Pa
         release.set()
         await app.aclose()
         notify.close()
+
+
+@pytest.mark.anyio
+async def test_a_hung_postgresql_withholds_the_pings_and_a_refusing_one_does_not(
+    workdir: Path,
+) -> None:
+    """A server that hangs (every process of it stopped) withholds the pings once a health
+    check takes longer than a quarter of the interval, and pings again once it answers; one
+    that refuses connections (shut down) does not: a restart would not repair it."""
+    notify = NotifyListener(workdir / "notify.sock")
+    notify.sock.setblocking(False)
+
+    def received() -> list[str]:
+        found = []
+        while True:
+            try:
+                found.append(notify.sock.recv(4096).decode())
+            except BlockingIOError:
+                return found
+
+    with PostgresServer() as pg:
+        settings = Settings.model_validate(
+            {
+                "database": pg.create_database("watchdog"),
+                "socket": str(workdir / "m.sock"),
+                "postgresql": {"connect_timeout": "1s", "command_timeout": "2s"},
+            }
+        )
+        app = await open_app(settings)
+        server = Server(settings, app, SystemdEnvironment(notify_address=str(notify.path)))
+        interval = 2.0  # a ping every second, after a check given half a second
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server._watchdog, interval)
+                await anyio.sleep(1.5)
+                assert received().count("WATCHDOG=1") >= 2
+                pg.pause()
+                try:
+                    await anyio.sleep(1.5)
+                    withheld = received()
+                    assert "STATUS=watchdog withheld: health_check_timeout" in withheld, withheld
+                    await anyio.sleep(2.0)
+                    silent = received()
+                    assert "WATCHDOG=1" not in silent, silent
+                finally:
+                    pg.resume()
+                await anyio.sleep(2.5)
+                resumed = received()
+                assert "WATCHDOG=1" in resumed and "STATUS=serving" in resumed, resumed
+                await anyio.to_thread.run_sync(pg.stop)
+                await anyio.sleep(0.5)
+                received()  # whatever the check in flight during the stop decided
+                await anyio.sleep(2.5)
+                refused = received()
+                assert refused.count("WATCHDOG=1") >= 2, refused
+                assert not any(m.startswith("STATUS=watchdog withheld") for m in refused)
+                tg.cancel_scope.cancel()
+        finally:
+            await app.aclose()
+            notify.close()
