@@ -3,7 +3,9 @@
 # expect it: uid and gid 10001, the paths below. tests/test_deployment.py checks this file's
 # properties (pinned and hashed dependencies, no build tools in the final stage, a numeric
 # non-root user, STOPSIGNAL, HEALTHCHECK) on every test run; the test machines have no
-# container engine, so the image itself is built only where `make image` can run.
+# container engine, so tests/test_image_build.py runs the build stage's COPY and RUN in a
+# scratch directory instead and serves from the result as ENTRYPOINT, CMD, ENV and
+# HEALTHCHECK below say. The image itself is built only where `make image` can run.
 #
 # For a reproducible base, pin both FROM lines to a digest your registry serves
 # (python:3.11-slim-bookworm@sha256:...).
