@@ -289,7 +289,7 @@ def _metavar(name: str, field: Any) -> str:
         return "BOOL"
     if is_duration(field):
         return "DURATION"
-    special = {"socket": "PATH", "secrets_dir": "DIR", "database": "URL"}
+    special = {"socket": "PATH", "admin_socket": "PATH", "secrets_dir": "DIR", "database": "URL"}
     special |= {"socket_mode": "MODE", "tenant_binding": "JSON", "metrics_address": "HOST:PORT"}
     if name in special:
         return special[name]
@@ -374,11 +374,16 @@ def metrics(socket_path: str, timeout: float) -> int:
 
 def _no_answer_reason(exc: Exception, socket_path: str) -> str:
     """Why a probe got no answer, in words, with a hint where one helps."""
+    size = len(os.fsencode(socket_path))
+    if isinstance(exc, OSError) and size > MAX_SOCKET_PATH_BYTES:
+        # The socket module's own error ("AF_UNIX path too long") has no strerror.
+        return (
+            f"the path is {size} bytes; a Unix socket path is limited to "
+            f"{MAX_SOCKET_PATH_BYTES} bytes"
+        )
     reason: str = getattr(exc, "strerror", None) or type(exc).__name__
     if isinstance(exc, PermissionError):
         reason += f" ({PERMISSION_HINT})"
-    elif isinstance(exc, OSError) and len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
-        reason += f" (the path is over the {MAX_SOCKET_PATH_BYTES}-byte limit of socket paths)"
     return reason
 
 
