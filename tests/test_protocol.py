@@ -67,6 +67,8 @@ def test_capabilities_shape(client: RawClient) -> None:
                     "approximates": "cl100k_base",
                 },
                 "search": {"supported": True, "modes": ["filter"]},
+                # No admin socket here, so nothing can forget (see test_admin).
+                "retention": {"ttl": True, "forget": False},
             },
         }
     }

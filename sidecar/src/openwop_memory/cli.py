@@ -80,10 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"openwop-memory: {exc}", file=sys.stderr)
             return 2
         return health(path, health_args.timeout)
-    if args[:1] in (["inspect"], ["backup"]):
+    if args[:1] in (["inspect"], ["backup"], ["forget"]):
         from . import cli_admin  # the operator's commands: only their own path pays for them
 
         return cli_admin.main(args)
+    if args[:1] in (["export"], ["import"]):
+        from . import cli_transfer  # opens the database itself: no socket, no sidecar
+
+        return cli_transfer.main(args)
     if args[:1] == ["metrics"]:
         metrics_args = _health_parser(prog="openwop-memory metrics").parse_args(args[1:])
         try:
@@ -189,7 +193,7 @@ def _serve_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,health,metrics,inspect,backup}",
+        metavar="{serve,health,metrics,inspect,backup,forget,export,import}",
         title="commands",
     )
     serve = sub.add_parser(
@@ -237,6 +241,9 @@ def _serve_main(argv: list[str]) -> int:
     )
     sub.add_parser("inspect", help="what runs saw, scopes, entries (over the admin socket)")
     sub.add_parser("backup", help="a consistent copy of a SQLite database (admin socket)")
+    sub.add_parser("forget", help="remove a subject's entries from a tenant (admin socket)")
+    sub.add_parser("export", help="write the whole memory to an NDJSON file (opens the database)")
+    sub.add_parser("import", help="load an export into a new database (opens the database)")
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
     deprecations: list[DeprecatedSpelling] = []

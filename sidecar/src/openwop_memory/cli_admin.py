@@ -1,10 +1,11 @@
-"""``openwop-memory inspect`` and ``openwop-memory backup``: the operator's commands, sent
-over the admin socket (see :mod:`openwop_memory.wire.admin`).
+"""``openwop-memory inspect``, ``backup`` and ``forget``: the operator's commands, sent over
+the admin socket (see :mod:`openwop_memory.wire.admin`).
 
 ``inspect runs`` | ``inspect run RUN_ID`` | ``inspect scopes TENANT`` | ``inspect entry ID``
 print a table (``--json``: the answer as it came). ``backup DEST`` writes a consistent,
 checked copy of a running SQLite database to the new file DEST (an absolute path, written
-by the sidecar's user) and says how long it took.
+by the sidecar's user) and says how long it took. ``forget TENANT SUBJECT`` removes for good
+every entry of TENANT tagged ``subject:SUBJECT`` and says how many went.
 
 The admin socket is ``--admin-socket``, else ``OPENWOP_MEMORY_ADMIN_SOCKET``, else the
 ``admin_socket`` of the TOML file given by ``--config`` or ``OPENWOP_MEMORY_CONFIG``.
@@ -114,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     command(what, "entry", "one entry by id, whatever its tenant").add_argument("entry_id")
     backup = command(sub, "backup", "a consistent, checked copy of a running SQLite database")
     backup.add_argument("dest", help="the new file: a path on the sidecar's host")
+    forget = command(
+        sub,
+        "forget",
+        "remove for good every entry of a tenant tagged subject:SUBJECT, in all its scopes "
+        "(runs that saw them stop seeing them)",
+    )
+    forget.add_argument("tenant")
+    forget.add_argument("subject", help="the subject's id: entries tagged subject:SUBJECT go")
     return parser
 
 
@@ -139,6 +148,8 @@ def _admin_socket(args: argparse.Namespace) -> str | None:
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     if args.command == "backup":
         return "admin.backup", {"path": os.path.abspath(args.dest)}
+    if args.command == "forget":
+        return "admin.forget", {"tenant": args.tenant, "subject": args.subject}
     if args.what == "runs":
         return "admin.runs", {"limit": args.limit}
     if args.what == "run":
@@ -164,6 +175,11 @@ def _ask(path: str, method: str, params: dict[str, Any], timeout: float) -> dict
 def _render(args: argparse.Namespace, result: Any) -> str:
     if args.command == "backup":
         return f"backed up {result['bytes']} bytes to {result['path']} in {result['seconds']} s"
+    if args.command == "forget":
+        return (
+            f"forgot {result['forgotten']} entries of subject {result['subject']} "
+            f"in tenant {result['tenant']} in {result['seconds']} s"
+        )
     if args.what == "runs":
         columns = ("runId", "tenant", "snapshotAt", "touchedAt", "retained", "openHere")
         return _table(columns, result)
