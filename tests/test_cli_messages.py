@@ -24,7 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("OPENWOP_MEMORY_SOCKET", "OPENWOP_MEMORY_CONFIG", "OPENWOP_MEMORY_DATABASE"):
+    for name in (
+        "OPENWOP_MEMORY_SOCKET",
+        "OPENWOP_MEMORY_ADMIN_SOCKET",
+        "OPENWOP_MEMORY_CONFIG",
+        "OPENWOP_MEMORY_DATABASE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(tmp_path / "not-installed.toml"))
 
@@ -153,6 +158,37 @@ def test_health_reads_the_installed_config_by_default(
     monkeypatch.setenv("OPENWOP_MEMORY_SOCKET", str(tmp_path / "env.sock"))
     err = stderr_of(capsys, "health", "--timeout", "1", code=2)
     assert err.startswith(f"openwop-memory: no healthy answer on {tmp_path}/env.sock: ")
+
+
+@pytest.mark.parametrize(
+    "command", [["inspect", "runs"], ["backup", "/tmp/b.db"], ["forget", "t", "s"]]
+)
+def test_an_admin_command_with_a_missing_config_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "missing.toml"
+    err = stderr_of(capsys, *command, "--config", str(missing), code=2)
+    assert err == f"openwop-memory: cannot read config file {missing}: No such file or directory"
+
+
+def test_an_admin_command_reads_the_installed_config_by_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no config anywhere there is no admin socket to ask.
+    err = stderr_of(capsys, "inspect", "runs", code=2)
+    assert err.startswith("openwop-memory: no admin socket: ")
+    installed = tmp_path / "openwop-memory.toml"
+    installed.write_text(f'admin_socket = "{tmp_path}/admin.sock"\n')
+    monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(installed))
+    err = stderr_of(capsys, "inspect", "runs", "--timeout", "1", code=2)
+    assert err == (
+        f"openwop-memory: no answer on the admin socket {tmp_path}/admin.sock: "
+        "No such file or directory"
+    )
+    # The environment still comes first.
+    monkeypatch.setenv("OPENWOP_MEMORY_ADMIN_SOCKET", str(tmp_path / "env.sock"))
+    err = stderr_of(capsys, "inspect", "runs", "--timeout", "1", code=2)
+    assert err.startswith(f"openwop-memory: no answer on the admin socket {tmp_path}/env.sock: ")
 
 
 @pytest.mark.parametrize(

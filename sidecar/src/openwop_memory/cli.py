@@ -65,8 +65,8 @@ the socket is found as for `openwop-memory health`: --socket; OPENWOP_MEMORY_SOC
 """
 
 
-class _HealthConfigError(Exception):
-    """The config file ``health`` was told to read (or found installed) is unusable."""
+class ConfigFileError(Exception):
+    """The config file a command was told to read (or found installed) is unusable."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         health_args = _health_parser().parse_args(args[1:])
         try:
             path = _health_socket(health_args)
-        except _HealthConfigError as exc:
+        except ConfigFileError as exc:
             print(f"openwop-memory: {exc}", file=sys.stderr)
             return 2
         return health(path, health_args.timeout)
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_args = _health_parser(prog="openwop-memory metrics").parse_args(args[1:])
         try:
             path = _health_socket(metrics_args)
-        except _HealthConfigError as exc:
+        except ConfigFileError as exc:
             print(f"openwop-memory: {exc}", file=sys.stderr)
             return 2
         return metrics(path, metrics_args.timeout)
@@ -137,32 +137,48 @@ def _health_parser(
 def _health_socket(args: argparse.Namespace) -> str:
     """The socket path, found as the health epilog says (the order ``serve`` reads it in).
 
-    :raises _HealthConfigError: the named config file (or the installed one) cannot be read,
-        is not TOML, or its ``socket`` is not a path.
+    :raises ConfigFileError: as :func:`socket_setting`.
     """
-    if args.socket:
-        return str(args.socket)
-    if os.environ.get("OPENWOP_MEMORY_SOCKET"):
-        return os.environ["OPENWOP_MEMORY_SOCKET"]
-    config = args.config or os.environ.get("OPENWOP_MEMORY_CONFIG")
+    found = socket_setting(
+        args.socket, "OPENWOP_MEMORY_SOCKET", args.config, "socket", default=DEFAULT_SOCKET
+    )
+    assert found is not None  # a default was given
+    return found
+
+
+def socket_setting(
+    given: str | None, env: str, config: str | None, key: str, *, default: str | None
+) -> str | None:
+    """A socket path as the CLI's commands look it up: ``given`` (a flag), the variable
+    ``env``, the ``key`` of the TOML file ``config`` (else ``OPENWOP_MEMORY_CONFIG``, else
+    :data:`INSTALLED_CONFIG` if it exists), else ``default``.
+
+    :raises ConfigFileError: the named config file (or the installed one) cannot be read,
+        is not TOML, or its ``key`` is not a path.
+    """
+    if given:
+        return given
+    if os.environ.get(env):
+        return os.environ[env]
+    config = config or os.environ.get("OPENWOP_MEMORY_CONFIG")
     if not config and os.path.exists(INSTALLED_CONFIG):
         config = INSTALLED_CONFIG
     if not config:
-        return DEFAULT_SOCKET
+        return default
     import tomllib  # only here: a probe given no config file never reads TOML
 
     try:
         with open(config, "rb") as f:
-            value = tomllib.load(f).get("socket", DEFAULT_SOCKET)
+            value = tomllib.load(f).get(key, default)
     except OSError as exc:
         hint = f" ({PERMISSION_HINT})" if isinstance(exc, PermissionError) else ""
-        raise _HealthConfigError(
-            f"cannot read config file {config}: {exc.strerror}{hint}"
-        ) from None
+        raise ConfigFileError(f"cannot read config file {config}: {exc.strerror}{hint}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise _HealthConfigError(f"config file {config} is not valid TOML: {exc}") from None
+        raise ConfigFileError(f"config file {config} is not valid TOML: {exc}") from None
+    if value is None:
+        return None
     if not isinstance(value, str) or not value:
-        raise _HealthConfigError(f"invalid setting socket (from config file {config}): not a path")
+        raise ConfigFileError(f"invalid setting {key} (from config file {config}): not a path")
     return value
 
 
