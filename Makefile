@@ -84,7 +84,8 @@ lock: $(TSTAMP)
 	    '# --no-deps, after this file.' >> $(LOCK)
 
 # The image, where a container engine answers (not part of `make test`; the Dockerfile's
-# properties are checked by tests/test_deployment.py).
+# properties are checked by tests/test_deployment.py, its build stage run without an
+# engine by tests/test_image_build.py).
 IMAGE ?= openwop-memory:0.1.0
 ENGINE ?= docker
 image:

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from openwop_memory.wire.admin import ADMIN_METHODS
 from support.on_disk import query
-from support.protocol import issue, put
+from support.protocol import issue, listing, put
+from support.schemas import check_capabilities
 from support.sidecar import RawClient, RpcError, Sidecar, run_cli
 
 TENANT = "t-admin"
 
 
-def admin_sidecar(workdir: Path) -> Sidecar:
-    return Sidecar(workdir, "--admin-socket", str(workdir / "admin.sock"))
+def admin_sidecar(workdir: Path, *args: str) -> Sidecar:
+    return Sidecar(workdir, "--admin-socket", str(workdir / "admin.sock"), *args)
 
 
 def cli(sidecar: Sidecar, *args: str) -> subprocess.CompletedProcess[str]:
@@ -164,10 +165,57 @@ def test_backup_on_postgresql_says_what_to_use_instead(workdir: Path) -> None:
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize(
-    "command", [["inspect", "runs"], ["inspect", "run"], ["inspect", "scopes"], ["backup"]]
+    "command",
+    [["inspect", "runs"], ["inspect", "run"], ["inspect", "scopes"], ["backup"], ["forget"]],
 )
 def test_every_admin_command_says_where_it_looks_and_how_it_exits(command: list[str]) -> None:
     out = run_cli(*command, "--help")
     assert out.returncode == 0
     for needle in ("OPENWOP_MEMORY_ADMIN_SOCKET", "[default: 60s]", "exit codes:", "2  nothing"):
         assert needle in out.stdout, (needle, out.stdout)
+
+
+def test_forget_removes_a_subject_from_every_scope_of_the_tenant_for_every_run(
+    workdir: Path,
+) -> None:
+    # Every request logged: not one line may name the subject.
+    with admin_sidecar(workdir, "--access-log") as sidecar, sidecar.client() as client:
+        caps = client.call("host.capabilities")
+        refs = [issue(client, TENANT, "a"), issue(client, TENANT, "b")]
+        other_ref = issue(client, "t-other", "a")
+        client.call("run.begin", runId="w", tenant=TENANT)
+        client.call("run.begin", runId="w-other", tenant="t-other")
+        doomed = [put(client, "w", ref, "alice likes tea", ["subject:alice"]) for ref in refs]
+        kept = put(client, "w", refs[0], "bob likes coffee", ["subject:bob"])
+        elsewhere = put(client, "w-other", other_ref, "alice elsewhere", ["subject:alice"])
+        client.call("run.begin", runId="saw-her", tenant=TENANT)
+        assert len(listing(client, "saw-her", refs[1])) == 1
+        # Not on the workers' socket, whatever the params: no worker can forget.
+        with pytest.raises(RpcError) as refused:
+            client.call("admin.forget", tenant=TENANT, subject="bob")
+        assert refused.value.rpc_code == -32601
+        out = cli(sidecar, "forget", TENANT, "alice")
+        again = cli(sidecar, "forget", TENANT, "alice", "--json")
+        bad = cli(sidecar, "forget", TENANT, "x" * 129)
+        seen = [listing(client, "saw-her", ref) for ref in refs]
+        client.call("run.begin", runId="after", tenant=TENANT)
+        client.call("run.begin", runId="after-other", tenant="t-other")
+        now = [listing(client, "after", ref) for ref in refs]
+        other = listing(client, "after-other", other_ref)
+        events = sidecar.events("subject_forgotten")
+        page = client.call("sidecar.metrics")["text"]
+        log = sidecar.log()
+    check_capabilities(caps)
+    assert caps["capabilities"]["memory"]["retention"] == {"ttl": True, "forget": True}
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"forgot 2 entries of subject alice in tenant {TENANT} in ")
+    assert again.returncode == 0 and json.loads(again.stdout)["forgotten"] == 0
+    assert bad.returncode == 1 and "validation_error" in bad.stderr
+    assert seen == [[kept], []], "a run that saw them before stops seeing them"
+    assert now == [[kept], []]
+    assert other == [elsewhere], "another tenant's entries about the same subject stay"
+    assert {e["id"] for e in doomed}.isdisjoint(e["id"] for e in seen[0] + now[0])
+    assert [(e["tenant"], e["forgotten"]) for e in events] == [(TENANT, 2), (TENANT, 0)]
+    assert "alice" not in log, "the subject's id is not logged"
+    assert any(line.get("method") == "admin.forget" for line in sidecar.log_lines())
+    assert "\nopenwop_memory_forgotten_entries_total 2.0\n" in page

@@ -12,16 +12,24 @@ from pathlib import Path
 
 import pytest
 from openwop_memory import cli
-from openwop_memory.config import setting_fields
+from openwop_memory.cli import INSTALLED_CONFIG as SHIPPED_CONFIG  # before any test patches it
+from openwop_memory.config import choices_of, flag_of, setting_fields
 from openwop_memory.errors import StartupError
 from support.sidecar import EXE
 
 pytestmark = pytest.mark.backend_independent
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("OPENWOP_MEMORY_SOCKET", "OPENWOP_MEMORY_CONFIG", "OPENWOP_MEMORY_DATABASE"):
+    for name in (
+        "OPENWOP_MEMORY_SOCKET",
+        "OPENWOP_MEMORY_ADMIN_SOCKET",
+        "OPENWOP_MEMORY_CONFIG",
+        "OPENWOP_MEMORY_DATABASE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(tmp_path / "not-installed.toml"))
 
@@ -152,6 +160,58 @@ def test_health_reads_the_installed_config_by_default(
     assert err.startswith(f"openwop-memory: no healthy answer on {tmp_path}/env.sock: ")
 
 
+@pytest.mark.parametrize(
+    "command", [["inspect", "runs"], ["backup", "/tmp/b.db"], ["forget", "t", "s"]]
+)
+def test_an_admin_command_with_a_missing_config_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "missing.toml"
+    err = stderr_of(capsys, *command, "--config", str(missing), code=2)
+    assert err == f"openwop-memory: cannot read config file {missing}: No such file or directory"
+
+
+def test_an_admin_command_reads_the_installed_config_by_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no config anywhere there is no admin socket to ask.
+    err = stderr_of(capsys, "inspect", "runs", code=2)
+    assert err.startswith("openwop-memory: no admin socket: ")
+    installed = tmp_path / "openwop-memory.toml"
+    installed.write_text(f'admin_socket = "{tmp_path}/admin.sock"\n')
+    monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(installed))
+    err = stderr_of(capsys, "inspect", "runs", "--timeout", "1", code=2)
+    assert err == (
+        f"openwop-memory: no answer on the admin socket {tmp_path}/admin.sock: "
+        "No such file or directory"
+    )
+    # The environment still comes first.
+    monkeypatch.setenv("OPENWOP_MEMORY_ADMIN_SOCKET", str(tmp_path / "env.sock"))
+    err = stderr_of(capsys, "inspect", "runs", "--timeout", "1", code=2)
+    assert err.startswith(f"openwop-memory: no answer on the admin socket {tmp_path}/env.sock: ")
+
+
+@pytest.mark.parametrize(
+    ("command", "words"), [("health", "no healthy answer on"), ("metrics", "no metrics from")]
+)
+def test_a_probe_socket_path_over_the_limit_says_so(
+    capsys: pytest.CaptureFixture[str], command: str, words: str
+) -> None:
+    path = "/tmp/" + "s" * 103  # 108 bytes
+    err = stderr_of(capsys, command, "--socket", path, code=2)
+    assert err == (
+        f"openwop-memory: {words} {path}: the path is 108 bytes; a Unix socket path is "
+        "limited to 107 bytes"
+    )
+
+
+def test_the_installed_config_is_the_one_the_unit_serves_and_its_group_the_hints() -> None:
+    unit = (ROOT / "systemd" / "openwop-memory.service").read_text()
+    assert f" serve --config {SHIPPED_CONFIG}\n" in unit
+    assert "\nGroup=openwop-memory\n" in unit
+    assert "group openwop-memory " in cli.PERMISSION_HINT
+
+
 def test_health_permission_error_hints_at_the_group(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -228,6 +288,13 @@ def test_every_serve_flag_has_help_env_and_default(capsys: pytest.CaptureFixture
     assert "[env: OPENWOP_MEMORY_SOCKET_MODE; default: 0660]" in out
     assert "--redaction {rewrite,reject,reject-disguised}" in out
     assert "604800" not in out
+    for name, field in setting_fields().items():
+        # Each its own words, not the name repeated; choices listed in the metavar.
+        assert field.description and field.description != name, name
+        choices = choices_of(field)
+        if choices:
+            assert f"{flag_of(name)} {{{','.join(choices)}}}" in out, name
+    assert "--admin-socket PATH" in out
 
 
 def test_health_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
-"""The client's Python surface: put's keyword forms, typed entries, list keywords, every
-input error raised as the library's own before anything is sent, the socket default, a run
-used outside its block, and the blocking methods' own documentation."""
+"""The client's Python surface: put's keyword forms, typed entries, list keywords (the v2
+options, the filter extension and search), every input error raised as the library's own
+before anything is sent, the socket default, a run used outside its block, and the blocking
+methods' own documentation."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from typing import Any
 
 import pydantic
 import pytest
+from openwop_memory.retrieval import estimate_tokens
 from openwop_memory_client import (
     AsyncMemoryClient,
+    AsyncMemoryRun,
     EntryInput,
     MemoryClient,
     MemoryEntry,
+    MemoryListOptions,
     MemoryRun,
     MemoryValidationError,
     OpenWopMemoryError,
@@ -107,6 +111,18 @@ BAD_PUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("extra key", {"content": {"content": "x", "id": "m"}}, "entry.id", "entry.id: Extra"),
     ("tags one string", {"content": "x", "tags": "abc"}, "entry.tags", "entry.tags: must be a"),
     (
+        "tags an int",
+        {"content": "x", "tags": 5},
+        "entry.tags",
+        "entry.tags: must be a sequence of strings, not int",
+    ),
+    (
+        "tags a mapping",
+        {"content": "x", "tags": {"a": "b"}},
+        "entry.tags",
+        "entry.tags: must be a sequence of strings, not dict",
+    ),
+    (
         "tags twice",
         {"content": {"content": "x", "tags": ["a"]}, "tags": ["b"]},
         "entry.tags",
@@ -156,6 +172,18 @@ BAD_PUTS: list[tuple[str, dict[str, Any], str, str]] = [
         {"content": "x", "ttl": 1e12},
         "entry.expiresAt",
         "entry.expiresAt: ttl reaches past the year 9999",
+    ),
+    (
+        "ttl past float",
+        {"content": "x", "ttl": 10**400},
+        "entry.expiresAt",
+        "entry.expiresAt: ttl reaches past the year 9999",
+    ),
+    (
+        "expires_at before year 1 in UTC",
+        {"content": "x", "expires_at": datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))},
+        "entry.expiresAt",
+        "entry.expiresAt: out of range once converted to UTC",
     ),
     (
         "ttl with dict expiry",
@@ -277,6 +305,24 @@ def test_blocking_methods_carry_their_own_docstrings(cls: type[object]) -> None:
     assert "ttl" in (MemoryRun.put.__doc__ or "")
 
 
+@pytest.mark.parametrize(
+    ("blocking", "non_blocking"), [(MemoryClient, AsyncMemoryClient), (MemoryRun, AsyncMemoryRun)]
+)
+def test_blocking_methods_take_what_the_async_ones_take(
+    blocking: type[object], non_blocking: type[object]
+) -> None:
+    """The blocking face only waits for the async one: the same parameters, the same
+    defaults, for every public method (search and the v2 list keywords included)."""
+    names = [n for n, m in inspect.getmembers(non_blocking, inspect.isfunction) if n[0] != "_"]
+    assert {"list", "search", "put"} <= set(names) or {"run", "issue_ref"} <= set(names)
+    for name in names:
+        ours = inspect.signature(getattr(blocking, name)).parameters
+        theirs = inspect.signature(getattr(non_blocking, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+            (p.name, p.kind, p.default) for p in theirs.values()
+        ], name
+
+
 def test_the_client_names_fields_as_the_sidecar_does() -> None:
     from openwop_memory.wire.dispatch import field_path as sidecar_spelling
     from openwop_memory_client._convert import field_path as client_spelling
@@ -289,3 +335,176 @@ def test_the_sidecar_drops_pydantics_prefix_too(client: MemoryClient) -> None:
     with pytest.raises(MemoryValidationError) as err:
         client.call("memory.issueRef", tenant="t", agent=None)
     assert str(err.value) == "agent: null is not allowed; omit the field instead"
+
+
+# -- list options v2 and search --------------------------------------------------------------
+#
+# Relevance is asserted by properties any ranking keeps (the search is list with
+# rank="relevance"; the clearly best match comes first; a budget keeps a prefix), so that
+# these tests check the client, not the sidecar's ranking of the day.
+
+NOTES = [
+    "the database migration plan",
+    "lunch order for friday",
+    "rollback the database migration",
+    "database backups run nightly",
+]
+
+
+def _lists(client: MemoryClient) -> int:
+    counts: dict[str, int] = client.stats()["requests"].get("memory.list", {})
+    return sum(counts.values())
+
+
+def test_search_and_the_v2_keywords_through_the_sidecar(client: MemoryClient) -> None:
+    tenant = uid("t")
+    ref = client.issue_ref(tenant, "agent")
+    with client.run(uid("w"), tenant) as run:
+        written = [run.put(ref, text, tags=[f"n{i}"]) for i, text in enumerate(NOTES)]
+    with client.run(uid("r"), tenant) as reader:
+        found = reader.search(ref, "database rollback")
+        assert found == reader.list(ref, rank="relevance", query="database rollback")
+        assert found[0] == written[2]
+        assert all(isinstance(entry, MemoryEntry) for entry in found)
+        assert reader.search(ref, "database rollback", limit=1) == found[:1]
+        # A budget keeps the longest prefix of the ranking that fits.
+        costs = [estimate_tokens(entry.content) for entry in found]
+        budget = costs[0] + costs[1]
+        assert reader.search(ref, "database rollback", token_budget=budget) == found[:2]
+        assert reader.list(ref, token_budget=estimate_tokens(NOTES[3])) == [written[3]]
+        assert reader.search(ref, "database", tag="n0") == [written[0]]
+        assert reader.list(ref, rank="recency") == written[::-1]
+
+
+def test_the_filter_keywords_through_the_sidecar(client: MemoryClient) -> None:
+    tenant = uid("t")
+    ref = client.issue_ref(tenant, "agent")
+    with client.run(uid("w"), tenant) as run:
+        one = run.put(ref, "note one", tags=["a", "b"])
+        two = run.put(ref, "note two", tags=["b"])
+        three = run.put(ref, "note three", tags=["c"])
+    with client.run(uid("r"), tenant) as reader:
+        assert reader.list(ref, tags_any=["a", "c"]) == [three, one]
+        assert reader.list(ref, tags_all=("b", "a")) == [one]
+        assert reader.list(ref, created_after=one.created_at) == [three, two]
+        # Any offset names the same instant.
+        before_two = two.created_at.astimezone(timezone(timedelta(hours=-7)))
+        assert reader.list(ref, created_before=before_two) == [one]
+        window = reader.list(ref, created_after=one.created_at, created_before=three.created_at)
+        assert window == [two]
+        assert reader.list(ref, tag="b", created_after=one.created_at) == [two]
+        assert reader.search(ref, "note", tags_any=["c"]) == [three]
+        assert set(reader.search(ref, "note", tags_all=["b"])) == {one, two}
+
+
+async def test_the_async_client_searches_too(shared_sidecar: Sidecar) -> None:
+    tenant = uid("t")
+    async with AsyncMemoryClient(shared_sidecar.socket) as client:
+        ref = await client.issue_ref(tenant, "agent")
+        async with client.run(uid("w"), tenant) as run:
+            written = [await run.put(ref, text) for text in NOTES]
+        async with client.run(uid("r"), tenant) as reader:
+            found = await reader.search(ref, "rollback migration", token_budget=10_000)
+            assert found[0] == written[2]
+            assert found == await reader.list(ref, query="rollback migration", rank="relevance")
+            after = await reader.list(ref, created_after=written[1].created_at, limit=5)
+            assert after == [written[3], written[2]]
+
+
+NAIVE = datetime(2026, 1, 1)
+FILTER = "options.vendor.openwop-memory.filter"
+# What each bad list raises: the library's error naming the field, before sending.
+BAD_LISTS: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "relevance without a query",
+        {"rank": "relevance"},
+        "options.query",
+        "options.query: rank 'relevance' requires a query",
+    ),
+    (
+        "a query under recency",
+        {"query": "x"},
+        "options.query",
+        "options.query: a query is ignored under rank 'recency' (the default):"
+        " give rank='relevance', or call search()",
+    ),
+    ("a query under explicit recency", {"query": "x", "rank": "recency"}, "options.query", ""),
+    (
+        "unknown rank",
+        {"rank": "best", "query": "x"},
+        "options.rank",
+        "options.rank: Input should be 'recency' or 'relevance'",
+    ),
+    ("empty query", {"rank": "relevance", "query": ""}, "options.query", "options.query: String"),
+    ("long query", {"rank": "relevance", "query": "q" * 4097}, "options.query", ""),
+    ("query not str", {"rank": "relevance", "query": 7}, "options.query", "options.query: Input"),
+    ("zero budget", {"token_budget": 0}, "options.tokenBudget", "options.tokenBudget: Input"),
+    ("budget str", {"token_budget": "5"}, "options.tokenBudget", "options.tokenBudget: Input"),
+    ("budget bool", {"token_budget": True}, "options.tokenBudget", ""),
+    (
+        "tags_any one string",
+        {"tags_any": "ab"},
+        f"{FILTER}.tagsAny",
+        f"{FILTER}.tagsAny: must be a sequence of strings, not one string",
+    ),
+    ("tags_any empty", {"tags_any": []}, f"{FILTER}.tagsAny", f"{FILTER}.tagsAny: List should"),
+    ("tags_all not str", {"tags_all": ["a", 1]}, f"{FILTER}.tagsAll[1]", ""),
+    ("tags_all an int", {"tags_all": 3}, f"{FILTER}.tagsAll", ""),
+    (
+        "created_after naive",
+        {"created_after": NAIVE},
+        f"{FILTER}.createdAfter",
+        f"{FILTER}.createdAfter: a naive datetime names no instant",
+    ),
+    (
+        "created_before a string",
+        {"created_before": "2026-01-01T00:00:00Z"},
+        f"{FILTER}.createdBefore",
+        f"{FILTER}.createdBefore: created_before must be a datetime, not str",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [case[1:] for case in BAD_LISTS],
+    ids=[case[0] for case in BAD_LISTS],
+)
+def test_bad_list_options_are_the_librarys_error_before_sending(
+    client: MemoryClient, kwargs: dict[str, Any], field: str, message: str
+) -> None:
+    tenant = uid("t")
+    ref = client.issue_ref(tenant, "agent")
+    with client.run(uid("r"), tenant) as reader:
+        before = _lists(client)
+        with pytest.raises(MemoryValidationError) as err:
+            reader.list(ref, **kwargs)
+        assert _lists(client) == before, "the bad list reached the sidecar"
+    assert not isinstance(err.value, pydantic.ValidationError)
+    assert err.value.details == {"field": field}
+    assert str(err.value).startswith(message or f"{field}: ")
+
+
+def test_bad_searches_and_option_forms(client: MemoryClient) -> None:
+    tenant = uid("t")
+    ref = client.issue_ref(tenant, "agent")
+    with client.run(uid("r"), tenant) as reader:
+        before = _lists(client)
+        with pytest.raises(MemoryValidationError, match=r"^options\.query: String should") as e:
+            reader.search(ref, "")
+        assert e.value.details == {"field": "options.query"}
+        with pytest.raises(MemoryValidationError, match=r"^options\.query: rank 'relevance'"):
+            reader.search(ref, None)  # type: ignore[arg-type]
+        with pytest.raises(MemoryValidationError, match=r"^options\.tokenBudget: "):
+            reader.search(ref, "x", token_budget=-1)
+        # The mapping and model forms get the relevance check too, as the sidecar would.
+        with pytest.raises(MemoryValidationError, match=r"^options\.query: rank 'relevance'"):
+            reader.list(ref, {"rank": "relevance"})
+        with pytest.raises(MemoryValidationError, match=r"^options\.query: rank 'relevance'"):
+            reader.list(ref, MemoryListOptions(rank="relevance"))
+        with pytest.raises(MemoryValidationError, match="not both"):
+            reader.list(ref, {"limit": 1}, query="x", rank="relevance")
+        assert _lists(client) == before, "a bad list reached the sidecar"
+        # The wire form is the wire's: a query under recency is ignored there, as specified.
+        assert reader.list(ref, {"query": "x"}) == []
+        assert reader.list(ref, MemoryListOptions(rank="relevance", query="x")) == []

@@ -24,6 +24,7 @@ from support.sidecar import RawClient, Sidecar
 FLOOD = Path(__file__).resolve().parents[1] / "bench" / "flood.py"
 TENANT = "tenant-fairness"
 SAMPLES = 400
+ROUNDS = 3
 
 
 def get_p50(client: RawClient, params: dict[str, str], within: float = 30.0) -> float:
@@ -75,7 +76,8 @@ def test_a_malformed_frame_storm_does_not_multiply_a_quiet_clients_latency(
 
     Now, with 48 storming connections (in a niced process of its own): the quiet client's
     ``memory.get`` p50 stays within 3x its p50 measured just before, on the same sidecar
-    (about 2x measured), while the storm goes on being served. Before this, the same test
+    (about 2x measured) in the best of up to three rounds, while the storm goes on being
+    served. Before this, the same test
     took minutes.
     """
     ref = str(rpc.call("memory.issueRef", tenant=TENANT, agent="quiet")["memoryRef"])
@@ -87,12 +89,18 @@ def test_a_malformed_frame_storm_does_not_multiply_a_quiet_clients_latency(
     alone = get_p50(rpc, params)
 
     request.getfixturevalue("storm")
-    refused_before = refused_frames(rpc)
-    stormy = get_p50(rpc, params)
-    refused_during = refused_frames(rpc) - refused_before
-
-    # The storm is served meanwhile: more of its lines than the quiet client sent.
-    assert refused_during > SAMPLES, f"the storm was not served ({refused_during} lines)"
+    # The best of a few rounds: a busy host can slow one round of 400 calls several-fold by
+    # itself, while the old behaviour (about 70x) fails every round.
+    rounds: list[float] = []
+    for _ in range(ROUNDS):
+        refused_before = refused_frames(rpc)
+        rounds.append(get_p50(rpc, params))
+        refused_during = refused_frames(rpc) - refused_before
+        # The storm is served meanwhile: more of its lines than the quiet client sent.
+        assert refused_during > SAMPLES, f"the storm was not served ({refused_during} lines)"
+        if rounds[-1] / alone <= 3.0:
+            break
+    stormy = min(rounds)
     ratio = stormy / alone
     assert ratio <= 3.0, f"p50 {alone * 1e3:.2f} ms alone, {stormy * 1e3:.2f} ms in the storm"
 

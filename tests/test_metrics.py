@@ -4,12 +4,15 @@ with ``prometheus_client``'s own parser; counters that move as requests are sent
 from __future__ import annotations
 
 import http.client
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openwop_memory.service.stats import LATENCY_BUCKETS, Stats
 from prometheus_client.parser import text_string_to_metric_families
+from support.disguises import fullwidth
+from support.polling import eventually, wait_for
 from support.protocol import begin, issue, put
 from support.sidecar import RawClient, Sidecar, run_cli
 
@@ -97,7 +100,7 @@ def test_no_label_carries_a_tenant_a_run_or_content(workdir: Path) -> None:
         text = scrape(metrics_port(sidecar))[2]
     assert "t-metrics" not in text and "r-metrics" not in text and "n1" not in text
     labels = {name for (_, pairs) in samples(text) for name, _ in pairs}
-    assert labels <= {"method", "outcome", "le", "version"}
+    assert labels <= {"method", "outcome", "le", "version", "kind"}
 
 
 @pytest.mark.backend_independent
@@ -163,3 +166,68 @@ def test_an_empty_metrics_address_is_no_listener() -> None:
     assert load_settings({"metrics_address": ""}, environ={}).metrics_address is None
     address = load_settings({}, environ={"OPENWOP_MEMORY_METRICS_ADDRESS": "127.0.0.1:9"})
     assert address.metrics_address == "127.0.0.1:9"
+
+
+def kinds(page: Samples, name: str, label: str = "kind") -> dict[str, float]:
+    """The samples of one labelled counter by its label's value."""
+    return {dict(labels)[label]: v for (n, labels), v in page.items() if n == name}
+
+
+def test_redactions_refusals_and_commit_batches_are_counted_by_kind(workdir: Path) -> None:
+    secret = "hunter2-open-sesame"
+    token = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"  # a GitHub token's format, no run's secret
+    sidecar = Sidecar(workdir, "--redaction", "reject-disguised")
+    with sidecar, sidecar.client() as client:
+        ref = issue(client, "t-kinds", "a")
+        begin(client, "r-kinds", "t-kinds", secrets=[{"id": "pw", "value": secret}])
+        put(client, "r-kinds", ref, f"plain {secret} and again {secret}")
+        put(client, "r-kinds", ref, f"a token {token}")
+        refused = client.error(
+            "memory.put",
+            runId="r-kinds",
+            memoryRef=ref,
+            entry={"content": "disguised " + fullwidth(secret)},
+        )
+        assert refused.code == "secret_leakage"
+        page = samples(client.call("sidecar.metrics")["text"])
+    # Once per secret and field, however often the field holds it.
+    assert kinds(page, "openwop_memory_redactions_total") == {"secret": 1, "pattern": 1}
+    assert kinds(page, "openwop_memory_refusals_total") == {"disguised": 1}
+    assert "openwop_memory_host_secrets_reloads_total" not in {n for n, _ in page}, "no dir"
+    if sidecar.backend.name == "sqlite":
+        count = page[("openwop_memory_commit_batch_size_count", ())]
+        assert count == page[("openwop_memory_commits_total", ())] >= 1
+        total = page[("openwop_memory_commit_batch_size_sum", ())]
+        assert total == page[("openwop_memory_committed_writes_total", ())] >= 3
+        assert page[("openwop_memory_commit_batch_size_bucket", (("le", "+Inf"),))] == count
+
+
+def test_host_secret_reloads_and_sweeps_are_counted(workdir: Path) -> None:
+    secrets = workdir / "secrets"
+    secrets.mkdir()
+    args = ["--secrets-dir", str(secrets), "--secrets-poll-interval", "1h"]
+    args += ["--sweep-interval", "0.2", "--replay-retention", "0.5"]
+    with Sidecar(workdir, *args) as sidecar, sidecar.client() as client:
+        sidecar.signal(signal.SIGHUP)
+        wait_for(lambda: bool(sidecar.events("host_secrets_reload")), 10, "the first reload")
+        (secrets / "api").write_text("a-host-secret-value\n")
+        sidecar.signal(signal.SIGHUP)
+        wait_for(lambda: len(sidecar.events("host_secrets_reload")) == 2, 10, "the second")
+        ref = issue(client, "t-sweep", "a")
+        begin(client, "r-sweep", "t-sweep")
+        put(client, "r-sweep", ref, "kept", idempotencyKey="once")
+        client.call("run.end", runId="r-sweep")
+
+        def swept() -> Samples | None:
+            page = samples(client.call("sidecar.metrics")["text"])
+            done = page[("openwop_memory_expired_snapshots_total", ())] >= 1
+            return (
+                page
+                if done and page[("openwop_memory_purged_idempotency_keys_total", ())]
+                else None
+            )
+
+        page = eventually(swept, timeout=20)
+    reloads = kinds(page, "openwop_memory_host_secrets_reloads_total", "outcome")
+    assert reloads == {"unchanged": 1, "changed": 1}
+    assert ("openwop_memory_purged_run_markers_total", ()) in page

@@ -8,8 +8,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from support.backends import POSTGRES, selected
 from support.protocol import begin, issue, put
-from support.sidecar import RawClient, Sidecar
+from support.sidecar import RawClient, Sidecar, run_cli
 
 
 def put_some(client: RawClient, n: int, expires_at: str | None = None) -> str:
@@ -40,6 +41,40 @@ def test_start_up_says_which_database_it_opened_and_whether_it_was_new(workdir: 
     assert reopened["created"] is False
     if backend == "sqlite":
         assert reopened["entries_estimate"] >= 4
+
+
+def test_without_create_database_a_missing_database_stops_the_start_naming_it(
+    workdir: Path,
+) -> None:
+    backend = selected()
+    missing = workdir / "mistyped.db"
+    url = backend.url_for(missing)  # PostgreSQL: an empty database, none of our tables
+    refused = run_cli(
+        "serve",
+        "--socket",
+        str(workdir / "m.sock"),
+        "--database",
+        url,
+        "--create-database",
+        "false",
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert "create_database is false" in refused.stderr
+    if backend.name == "sqlite":
+        assert f"the database {missing} does not exist" in refused.stderr
+        assert not missing.exists()
+    else:
+        assert f"database {POSTGRES.database_name(missing)} holds no" in refused.stderr
+        assert "postgresql://" not in refused.stderr
+        tables = POSTGRES.psql(
+            missing, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        )
+        assert tables.strip() == "0", "nothing was created"
+    with Sidecar(workdir, database=missing) as first:  # the default makes it
+        (made,) = first.events("database_opened")
+    with Sidecar(workdir, "--create-database", "false", database=missing) as second:
+        (opened,) = second.events("database_opened")
+    assert made["created"] is True and opened["created"] is False
 
 
 def test_a_rejected_ref_is_counted_and_logged_once_without_the_ref(workdir: Path) -> None:

@@ -1,14 +1,19 @@
-"""Both distributions build an sdist and a wheel that ``twine check`` accepts, offline, and
-the client's wheel holds the client alone and asks for nothing of the daemon's."""
+"""Both distributions build an sdist and a wheel that ``twine check`` accepts, offline; the
+client's wheel holds the client alone, asks for nothing of the daemon's, and installed on its
+own talks to a real sidecar."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import anyio
+import pydantic
 import pytest
+from support.sidecar import Sidecar, unmeasured
 
 pytestmark = pytest.mark.backend_independent
 
@@ -69,3 +74,47 @@ def test_the_daemons_description_is_more_than_a_pointer(dist: Path) -> None:
         metadata = wheel.read("openwop_memory-0.1.0.dist-info/METADATA").decode()
     description = metadata.partition("\n\n")[2]
     assert "openwop-memory serve" in description and "Redaction" in description
+
+
+def test_the_client_wheel_alone_talks_to_a_sidecar(
+    dist: Path, tmp_path: Path, sidecar: Sidecar
+) -> None:
+    """The wheel as another project installs it (README, "Installing the client in another
+    project"): unpacked by pip into a directory of its own and imported from there, with
+    its two dependencies and nothing of this checkout (``-S``: no site directory, so no
+    editable install of either package)."""
+    wheel = "openwop_memory_client-0.1.0-py3-none-any.whl"
+    readme = (ROOT / "README.md").read_text()
+    assert f"pip install dist/{wheel}" in readme
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    subprocess.run(
+        [*pip, "--target", str(target), str(dist / wheel)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    dependencies = [os.path.dirname(os.path.dirname(m.__file__ or "")) for m in (anyio, pydantic)]
+    script = f"""
+import sys
+sys.path[:0] = [{str(target)!r}, *{sorted(set(dependencies))!r}]
+import openwop_memory_client as c
+assert c.__file__.startswith({str(target)!r}), c.__file__
+with c.MemoryClient({str(sidecar.socket)!r}) as client:
+    ref = client.issue_ref("t", "agent")
+    with client.run("packaged", "t") as run:
+        run.put(ref, "installed from the wheel")
+    with client.run("packaged-reader", "t") as run:
+        print([e.content for e in run.search(ref, "wheel")])
+assert "openwop_memory" not in sys.modules
+"""
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=unmeasured(os.environ),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['installed from the wheel']\n"

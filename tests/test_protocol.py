@@ -75,6 +75,8 @@ def test_capabilities_shape(client: RawClient) -> None:
                     "embeddingModel": "wordllama-l2_supercat-64",
                     "fusion": "reciprocal-rank-60",
                 },
+                # No admin socket here, so nothing can forget (see test_admin).
+                "retention": {"ttl": True, "forget": False},
             },
         }
     }

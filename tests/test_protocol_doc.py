@@ -52,8 +52,8 @@ def test_every_error_code_named_exists_and_every_code_is_named() -> None:
 
 
 def test_every_flag_named_exists_and_every_flag_is_named() -> None:
-    real = help_flags() | help_flags("serve") | help_flags("backup")
-    real |= help_flags("health") | help_flags("metrics")
+    real = help_flags() | help_flags("serve") | help_flags("backup") | help_flags("forget")
+    real |= help_flags("health") | help_flags("metrics") | help_flags("export")
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", DOC))
     assert named - real == set(), "named but not a flag"
     assert real - named == set(), "a flag the page does not name"

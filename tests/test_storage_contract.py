@@ -22,11 +22,13 @@ from openwop_memory.storage.base import (
     Snapshot,
     Storage,
     StorageHealth,
+    StoredEntry,
 )
 from openwop_memory.timefmt import now_us
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
-from support.backends import Backend
-from support.store import DAY, RETENTION, SECOND, begun, put_request, stored
+from support.backends import BACKENDS, Backend
+from support.on_disk import files_of, query
+from support.store import DAY, RETENTION, SECOND, begun, fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 
@@ -524,3 +526,109 @@ async def test_backup_copies_or_says_what_to_use(
         assert copy.execute("SELECT content FROM entries WHERE id = ?", (entry.id,)).fetchone() == (
             "backed up",
         )
+
+
+async def test_forget_purges_a_tenants_subject_everywhere_snapshots_included(
+    store: Storage, backend: Backend, tmp_path: Path
+) -> None:
+    subject = ("subject:s1",)
+    plain = await stored(store, put_request(A, "forgettable walrus zyzzyva", tags=subject))
+    other_scope = await stored(store, put_request(A2, "forgettable walrus", tags=("x", *subject)))
+    pinned = await stored(store, put_request(A, "pinned walrus", tags=subject, key="k1"))
+    other_subject = await stored(store, put_request(A, "kept walrus", tags=("subject:s2",)))
+    other_tenant = await stored(store, put_request(B, "kept walrus", tags=subject))
+    tomb = await stored(store, put_request(A, "tombstoned walrus", tags=subject))
+    old = await begun(store, "run-before-forget")  # it sees the tombstone
+    assert await store.delete(scope=A, entry_id=tomb.id, now_us=now_us())
+    assert tomb.id in await ids(store, A, old.snapshot), "an older snapshot sees the tombstone"
+    forgotten = [plain, other_scope, pinned, tomb]
+
+    assert await store.forget(tenant="tenant-a", tag="subject:s1", batch_size=2) == 4
+    now = now_us()
+    assert await ids(store, A, old.snapshot) == [other_subject.id], "older snapshots too"
+    assert await ids(store, A2, old.snapshot) == []
+    assert await ids(store, B, old.snapshot) == [other_tenant.id], "another tenant's: kept"
+    for entry in forgotten:
+        assert await store.find_entry(entry_id=entry.id) is None
+    found = await store.search(
+        scope=A, snapshot=old.snapshot, now_us=now, terms=["walrus"], limit=10, tag=None
+    )
+    assert [r.id for r in found] == [other_subject.id], "the full-text index forgot them"
+    # The key that pinned a forgotten entry went with it: the same put stores anew.
+    again = await store.put(
+        request=put_request(A, "pinned walrus", tags=subject, key="k1"), now_us=now
+    )
+    assert again.outcome is PutOutcome.STORED and again.entry is not None
+    assert again.entry.id != pinned.id
+    assert await store.forget(tenant="tenant-a", tag="subject:nobody", batch_size=2) == 0
+    assert await store.forget(tenant="tenant-b", tag="subject:s1", batch_size=500) == 1
+    if backend.name == "sqlite":
+        path = tmp_path / "store.db"  # the store fixture's file
+        indexed = query(path, "SELECT rowid FROM entries_fts WHERE entries_fts MATCH 'walrus'")
+        kept = query(
+            path, "SELECT seq FROM entries WHERE id IN (?, ?)", (other_subject.id, again.entry.id)
+        )
+        assert sorted(indexed) == sorted(kept), "no index row outlives its entry"
+        await store.close()  # checkpointed: the file alone holds the data
+        on_disk = b"".join(files_of(tmp_path).values())
+        assert b"zyzzyva" not in on_disk, "neither its text nor its index terms stay on disk"
+        assert b"kept walrus" in on_disk
+
+
+async def exported(store: Storage, now: int, batch_size: int = 2) -> list[StoredEntry]:
+    batches = store.export_entries(now_us=now, batch_size=batch_size)
+    return [item async for batch in batches for item in batch]
+
+
+async def test_export_then_import_into_fresh_databases_round_trips_every_live_entry(
+    store: Storage, backend: Backend, tmp_path: Path
+) -> None:
+    now = now_us()
+    live = [
+        StoredEntry(A, await stored(store, put_request(A, "one", tags=("a", "b")))),
+        StoredEntry(A2, await stored(store, put_request(A2, "two\x00 with NUL"))),
+        StoredEntry(B, await stored(store, put_request(B, "three", expires_us=now + DAY))),
+        StoredEntry(A, await stored(store, put_request(A, "four", key="k"))),
+    ]
+    gone = await stored(store, put_request(A, "deleted"))
+    assert await store.delete(scope=A, entry_id=gone.id, now_us=now)
+    await stored(store, put_request(A, "expired", expires_us=now + SECOND))
+    later = now + 2 * SECOND
+    source = await exported(store, later)
+    assert sorted(source, key=lambda e: e.entry.id) == sorted(live, key=lambda e: e.entry.id)
+    key = await store.ref_key()
+    for target in BACKENDS.values():  # SQLite and PostgreSQL, either way round
+        fresh = target.storage(tmp_path / f"fresh-{target.name}.db")
+        await fresh.open()
+        try:
+            assert await fresh.adopt_ref_key(key=key) is True
+            assert await fresh.ref_key() == key
+            assert await fresh.import_entries(entries=source[:3]) == 3
+            assert await fresh.import_entries(entries=source) == 1, "ids already there: skipped"
+            again = await exported(fresh, later, batch_size=100)
+            assert sorted(again, key=lambda e: e.entry.id) == sorted(
+                source, key=lambda e: e.entry.id
+            ), target.name
+            snapshot = await fresh_snapshot(fresh, "tenant-a", later)
+            for scope in (A, A2):
+                assert await ids(fresh, scope, snapshot, now=later) == await ids(
+                    store, scope, await fresh_snapshot(store, "tenant-a", later), now=later
+                )
+            found = await fresh.search(
+                scope=A, snapshot=snapshot, now_us=later, terms=["four"], limit=5, tag=None
+            )
+            assert [r.content for r in found] == ["four"], "imported entries are indexed"
+            newer = await stored(fresh, put_request(A, "after the import"))
+            assert newer.created_us >= max(e.entry.created_us for e in source)
+        finally:
+            await fresh.close()
+    # A database holding memory under its own key keeps it.
+    other = backend.storage(tmp_path / "other.db")
+    await other.open()
+    try:
+        await stored(other, put_request(A, "its own"))
+        own = await other.ref_key()
+        assert await other.adopt_ref_key(key=key) is False
+        assert await other.ref_key() == own
+    finally:
+        await other.close()

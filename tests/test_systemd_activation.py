@@ -34,6 +34,7 @@ from openwop_memory.systemd import (
     choose_listener,
     socket_path,
 )
+from support.postgres import PostgresServer
 from support.sidecar import EXE, RawClient
 
 # Nothing here depends on the storage backend: one pass is enough.
@@ -100,20 +101,31 @@ def bound_listener(path: Path) -> socket.socket:
 
 
 def start_activated(
-    workdir: Path, listener: socket.socket, notify: NotifyListener, *, log_name: str
+    workdir: Path,
+    listener: socket.socket,
+    notify: NotifyListener,
+    *,
+    log_name: str,
+    passed: list[tuple[socket.socket, str]] | None = None,
+    socket_setting: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """``openwop-memory serve`` with ``listener`` as its descriptor 3, the way systemd
-    passes a socket unit's socket."""
-    fd = listener.fileno()
+    passes a socket unit's socket; or with each of ``passed`` (socket, FileDescriptorName)
+    in turn from descriptor 3 on."""
+    passed = passed or [(listener, "openwop-memory.socket")]
+    fds = [sock.fileno() for sock, _ in passed]
 
-    def as_descriptor_3() -> None:
-        os.dup2(fd, 3)
-        os.set_inheritable(3, True)  # dup2 onto itself would keep close-on-exec
+    def as_descriptors_from_3() -> None:
+        # Out of the way first, so that no dup2 overwrites a descriptor still to be moved.
+        moved = [os.dup(fd) for fd in fds]
+        for offset, fd in enumerate(moved):
+            os.dup2(fd, 3 + offset)
+            os.set_inheritable(3 + offset, True)  # dup2 onto itself keeps close-on-exec
 
     env = {
         **os.environ,
-        "LISTEN_FDS": "1",
-        "LISTEN_FDNAMES": "openwop-memory.socket",
+        "LISTEN_FDS": str(len(passed)),
+        "LISTEN_FDNAMES": ":".join(name for _, name in passed),
         "NOTIFY_SOCKET": str(notify.path),
         "WATCHDOG_USEC": str(WATCHDOG_USEC),
     }
@@ -121,7 +133,7 @@ def start_activated(
         EXE,
         "serve",
         "--socket",
-        socket_path(listener),
+        socket_setting or socket_path(listener),
         "--database",
         f"sqlite:///{workdir / 'memory.db'}",
     ]
@@ -131,8 +143,8 @@ def start_activated(
             stdout=log,
             stderr=log,
             env=env,
-            close_fds=False,  # only descriptor 3 is inheritable: Python's own are not
-            preexec_fn=as_descriptor_3,
+            close_fds=False,  # only the passed ones are inheritable: Python's own are not
+            preexec_fn=as_descriptors_from_3,
         )
 
 
@@ -197,10 +209,21 @@ def test_a_socket_activated_sidecar_serves_pings_and_leaves_the_socket(workdir: 
 
 
 def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir: Path) -> None:
-    """Without activation the sidecar removes the socket it created; if another process
-    has put a socket of its own at the path meanwhile, that one stays."""
+    """Without activation the sidecar removes the sockets it created (the workers' and
+    the admin socket); if another process has put a socket of its own at either path
+    meanwhile, that one stays."""
     path = workdir / "memory.sock"
-    argv = [EXE, "serve", "--socket", str(path), "--database", f"sqlite:///{workdir / 'm.db'}"]
+    admin = workdir / "admin.sock"
+    argv = [
+        EXE,
+        "serve",
+        "--socket",
+        str(path),
+        "--admin-socket",
+        str(admin),
+        "--database",
+        f"sqlite:///{workdir / 'm.db'}",
+    ]
     notify = NotifyListener(workdir / "notify.sock")
     env = {**os.environ, "NOTIFY_SOCKET": str(notify.path)}
     try:
@@ -210,14 +233,17 @@ def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir
             notify.wait_for("READY=1")
             with RawClient(path) as client:
                 client.send_line(b'{"jsonrpc":"2.0","id":1,"method":"sidecar.health"}')
-                # The successor: a socket of another process where ours was.
-                path.unlink()
-                successor = bound_listener(path)
+                # The successors: sockets of another process where ours were.
+                successors = []
+                for replaced in (path, admin):
+                    replaced.unlink()
+                    successors.append(bound_listener(replaced))
                 proc.send_signal(signal.SIGTERM)
                 assert proc.wait(20) == 0
-            assert path.is_socket(), "the sidecar removed a socket it did not create"
-            successor.close()
-            path.unlink()
+            for replaced, successor in zip((path, admin), successors, strict=True):
+                assert replaced.is_socket(), f"the sidecar removed {replaced.name}, not its own"
+                successor.close()
+                replaced.unlink()
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -226,11 +252,53 @@ def test_a_sidecar_that_made_its_socket_removes_it_but_not_a_successor_s(workdir
         with open(workdir / "own.log", "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         notify.wait_for("READY=1")
-        assert path.is_socket()
+        assert path.is_socket() and admin.is_socket()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
         assert not path.exists(), "the sidecar left its own socket behind"
+        assert not admin.exists(), "the sidecar left its own admin socket behind"
     finally:
+        notify.close()
+
+
+def test_of_two_passed_sockets_the_one_named_memory_is_served(workdir: Path) -> None:
+    """``LISTEN_FDNAMES`` decides between passed sockets: the one named ``memory`` is
+    served even though the ``socket`` setting names neither, and the other is left alone,
+    listening, with nothing accepted from it."""
+    notify = NotifyListener(workdir / "notify.sock")
+    other = bound_listener(workdir / "other.sock")
+    memory = bound_listener(workdir / "memory.sock")
+    other.settimeout(0)
+    try:
+        proc = start_activated(
+            workdir,
+            memory,
+            notify,
+            log_name="named.log",
+            passed=[(other, "other"), (memory, "memory")],
+            socket_setting=str(workdir / "elsewhere.sock"),
+        )
+        try:
+            notify.wait_for("READY=1")
+            with RawClient(workdir / "memory.sock") as client:
+                assert client.call("sidecar.health")["status"] == "ok"
+            waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            waiting.connect(str(workdir / "other.sock"))  # queued, never accepted by it
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0, (workdir / "named.log").read_text()
+            accepted, _ = other.accept()  # still the test's: the connection waited for it
+            accepted.close()
+            waiting.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+        log = (workdir / "named.log").read_text()
+        assert "socket_setting_differs" in log, log
+        assert (workdir / "other.sock").is_socket() and (workdir / "memory.sock").is_socket()
+    finally:
+        for sock in (other, memory):
+            sock.close()
         notify.close()
 
 
@@ -300,6 +368,24 @@ def test_the_listening_unix_stream_socket_is_chosen(workdir: Path) -> None:
             chosen.detach()
             with pytest.raises(StartupError, match="several"):
                 choose_listener(both, str(workdir / "elsewhere.sock"))
+            # Named: the name decides, wherever the setting points.
+            for name in ("memory", "openwop-memory.socket"):
+                by_name = [
+                    PassedDescriptor(stream.fileno(), "s"),
+                    PassedDescriptor(second.fileno(), name),
+                ]
+                chosen = choose_listener(by_name, str(workdir / "s.sock"))
+                assert chosen is not None and chosen.fileno() == second.fileno()
+                chosen.detach()
+            # Both named so (two ListenStream= of one unit): the setting decides between them.
+            alike = [
+                PassedDescriptor(s.fileno(), "openwop-memory.socket") for s in (stream, second)
+            ]
+            chosen = choose_listener(alike, str(workdir / "s.sock"))
+            assert chosen is not None and chosen.fileno() == stream.fileno()
+            chosen.detach()
+            with pytest.raises(StartupError, match="FileDescriptorName=memory"):
+                choose_listener(alike, str(workdir / "elsewhere.sock"))
         finally:
             second.close()
     finally:
@@ -355,3 +441,63 @@ async def test_a_stuck_writer_stops_the_watchdog_pings_until_it_ends(workdir: Pa
         release.set()
         await app.aclose()
         notify.close()
+
+
+@pytest.mark.anyio
+async def test_a_hung_postgresql_withholds_the_pings_and_a_refusing_one_does_not(
+    workdir: Path,
+) -> None:
+    """A server that hangs (every process of it stopped) withholds the pings once a health
+    check takes longer than a quarter of the interval, and pings again once it answers; one
+    that refuses connections (shut down) does not: a restart would not repair it."""
+    notify = NotifyListener(workdir / "notify.sock")
+    notify.sock.setblocking(False)
+
+    def received() -> list[str]:
+        found = []
+        while True:
+            try:
+                found.append(notify.sock.recv(4096).decode())
+            except BlockingIOError:
+                return found
+
+    with PostgresServer() as pg:
+        settings = Settings.model_validate(
+            {
+                "database": pg.create_database("watchdog"),
+                "socket": str(workdir / "m.sock"),
+                "postgresql": {"connect_timeout": "1s", "command_timeout": "2s"},
+            }
+        )
+        app = await open_app(settings)
+        server = Server(settings, app, SystemdEnvironment(notify_address=str(notify.path)))
+        interval = 2.0  # a ping every second, after a check given half a second
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server._watchdog, interval)
+                await anyio.sleep(1.5)
+                assert received().count("WATCHDOG=1") >= 2
+                pg.pause()
+                try:
+                    await anyio.sleep(1.5)
+                    withheld = received()
+                    assert "STATUS=watchdog withheld: health_check_timeout" in withheld, withheld
+                    await anyio.sleep(2.0)
+                    silent = received()
+                    assert "WATCHDOG=1" not in silent, silent
+                finally:
+                    pg.resume()
+                await anyio.sleep(2.5)
+                resumed = received()
+                assert "WATCHDOG=1" in resumed and "STATUS=serving" in resumed, resumed
+                await anyio.to_thread.run_sync(pg.stop)
+                await anyio.sleep(0.5)
+                received()  # whatever the check in flight during the stop decided
+                await anyio.sleep(2.5)
+                refused = received()
+                assert refused.count("WATCHDOG=1") >= 2, refused
+                assert not any(m.startswith("STATUS=watchdog withheld") for m in refused)
+                tg.cancel_scope.cancel()
+        finally:
+            await app.aclose()
+            notify.close()

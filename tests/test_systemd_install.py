@@ -3,11 +3,14 @@
 Every command of every ``sh`` block of the page runs, in order, from a copy of the checkout,
 inside a mount namespace whose ``/etc``, ``/opt``, ``/usr/local``, ``/var`` and ``/run`` are
 overlays with throwaway upper layers: a scratch root standing in for ``/`` that leaves the
-host as it was. Only the lines that need a running systemd cannot run here (the test
-machines have none); the test does what systemd would do for them with the *installed*
-units: it binds the socket as ``openwop-memory.socket`` says, makes the state directory as
-``StateDirectory=`` says, and starts ``ExecStart=`` as ``User=`` with the socket as
-descriptor 3, the unit's ``UMask=`` and ``WorkingDirectory=``, and reads its notifications.
+host as it was. What a stock Debian 12 lacks (``/etc/sysusers.d``) and whatever an earlier
+install left is removed from it first, and root's ``PATH`` finds a failing ``python3``
+first, as it finds a Python under ``/root`` on some hosts. Only the lines that need a
+running systemd cannot run here (the test machines have none); the test does what systemd
+would do for them with the *installed* units: it binds the socket as
+``openwop-memory.socket`` says, makes the state directory as ``StateDirectory=`` says, and
+starts ``ExecStart=`` as ``User=`` with the socket as descriptor 3, the unit's ``UMask=``
+and ``WorkingDirectory=``, and reads its notifications.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.deploy_tools import ensure_deploy_tools
 from test_deployment import _PROBE_COST, _prose, assert_probe_cost_quoted, measure_probe
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
@@ -38,6 +42,29 @@ _NEEDS_SYSTEMD = re.compile(
     r"^(systemctl (daemon-reload|start|stop|restart|reload|status)|journalctl)\b"
 )
 WORKER_USER = "agent-worker"
+# What a stock Debian 12 does not have (/etc/sysusers.d among them: step 2 must create it)
+# and what an earlier install on this machine may have left: removed from the scratch root
+# before the page runs, so that it starts from a fresh system whatever the host has.
+_NOT_ON_A_FRESH_SYSTEM = (
+    "/etc/sysusers.d",
+    "/etc/openwop-memory",
+    "/etc/tmpfiles.d/openwop-memory.conf",
+    "/etc/systemd/system/openwop-memory.service",
+    "/etc/systemd/system/openwop-memory.socket",
+    "/etc/systemd/system/sockets.target.wants/openwop-memory.socket",
+    "/etc/systemd/system/multi-user.target.wants/openwop-memory.service",
+    "/opt/openwop-memory",
+    "/usr/local/bin/openwop-memory",
+    "/run/openwop-memory",
+    "/var/lib/openwop-memory",
+)
+_USERS = ("openwop-memory", WORKER_USER)
+# Root's PATH finds this `python3` first, as it finds a pyenv or conda Python under /root on
+# some hosts: a step that runs plain `python3` fails, whatever this machine has.
+_DECOY_PYTHON = """#!/bin/sh
+echo "a python3 under /root found first on PATH: name /usr/bin/python3" >&2
+exit 97
+"""
 
 
 def shell_blocks(text: str) -> list[list[str]]:
@@ -73,6 +100,10 @@ class Namespace:
                 f"mount -t overlay overlay -o lowerdir={directory},upperdir={upper},"
                 f"workdir={work} {directory}"
             )
+        mounts.append(f"rm -rf {' '.join(_NOT_ON_A_FRESH_SYSTEM)}")
+        for user in _USERS:
+            mounts.append(f"{{ ! id -u {user} >/dev/null 2>&1 || userdel {user}; }}")
+            mounts.append(f"{{ ! getent group {user} >/dev/null || groupdel {user}; }}")
         script = " && ".join(mounts) + " && echo ready && exec sleep 3600"
         self.proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
@@ -246,8 +277,9 @@ class StandInManager:
 
 @pytest.fixture
 def scratch_root(tmp_path: Path) -> Iterator[Namespace]:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.fail("the install test needs root and unshare(1), as CI has")
+    if os.geteuid() != 0:
+        pytest.fail("the install test needs root, as CI has")
+    ensure_deploy_tools()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     ns = Namespace(scratch)
@@ -269,13 +301,20 @@ def _checkout_copy(tmp_path: Path) -> Path:
 def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespace) -> None:
     ns = scratch_root
     checkout = _checkout_copy(tmp_path)
-    env = {**os.environ, "WORKER_USER": WORKER_USER}
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    (decoy / "python3").write_text(_DECOY_PYTHON)
+    (decoy / "python3").chmod(0o755)
+    env = {
+        **os.environ,
+        "WORKER_USER": WORKER_USER,
+        "PATH": f"{decoy}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
     for name in [n for n in env if n.startswith("OPENWOP_MEMORY_") or n == "NOTIFY_SOCKET"]:
         del env[name]
-    # Root's PATH here finds a pyenv Python first: the page must not depend on it.
-    assert "python3" in (shutil.which("python3") or "")
     manager = StandInManager(ns, tmp_path)
     stood_in: list[str] = []
+    ran: dict[str, subprocess.CompletedProcess[str]] = {}
     try:
         for block in shell_blocks(README.read_text()):
             for command in block:
@@ -288,13 +327,26 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
                         assert added.returncode == 0, added.stderr
                         manager.start()
                     continue
-                result = ns.run(command, checkout, env)
+                result = ran[command] = ns.run(command, checkout, env)
                 assert result.returncode == 0, (
                     f"systemd/README.md: `{command}` failed ({result.returncode}):\n"
                     f"{result.stdout}{result.stderr}\n{manager.log()}"
                 )
         assert manager.proc is not None, "the page never starts the service"
         assert any(c.startswith("systemctl daemon-reload") for c in stood_in)
+        # The virtualenv runs on the system's interpreter, which the service user can read
+        # and ProtectHome=yes does not hide.
+        venv = (ns.root / "opt/openwop-memory/pyvenv.cfg").read_text()
+        assert re.search(r"^home = /usr/bin$", venv, re.MULTILINE), venv
+        # The units were verified as installed, without a warning.
+        (verify,) = [c for c in ran if c.startswith("systemd-analyze verify")]
+        for name in ("openwop-memory.socket", "openwop-memory.service"):
+            assert f"/etc/systemd/system/{name}" in verify
+        assert not (ran[verify].stdout + ran[verify].stderr).strip(), ran[verify]
+        # Enabled: started at boot, the socket before the service.
+        wants = ns.root / "etc/systemd/system"
+        assert (wants / "sockets.target.wants/openwop-memory.socket").is_symlink()
+        assert (wants / "multi-user.target.wants/openwop-memory.service").is_symlink()
         # What the commands left behind is what the unit and the configuration expect.
         secrets = ns.root / "etc/openwop-memory/secrets"
         uid, gid = _ids(ns, "openwop-memory", "openwop-memory")
@@ -303,6 +355,10 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         runtime = ns.root / "run/openwop-memory"
         assert (runtime.stat().st_gid, runtime.stat().st_mode & 0o777) == (gid, 0o750)
         assert '"level":"warning"' not in manager.log().replace(" ", ""), manager.log()
+        # WatchdogSec= of the unit reached the sidecar, which pings at once and then every
+        # half interval.
+        manager.wait_for("WATCHDOG=1", timeout=10)
+        assert '"socket_activation":true' in manager.log().replace(" ", ""), manager.log()
         # The probe's cost, as installed: what the page quotes.
         cost = measure_probe(
             "/run/openwop-memory/memory.sock", ns.argv("openwop-memory", "health"), env=env

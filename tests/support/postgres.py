@@ -104,6 +104,29 @@ class PostgresServer:
         self.stop(mode)
         self.start()
 
+    def _processes(self) -> list[int]:
+        """The postmaster's pid and those of its children (backends, background workers)."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP to every process of it): connections stay open and
+        nothing answers, as a hung server or a partitioned network does. :meth:`resume`."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._processes():
+            os.kill(pid, signal.SIGCONT)
+
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` as the superuser; its unaligned output."""
         done = subprocess.run(

@@ -34,6 +34,17 @@ def blocking(run: MemoryRun, ref: str) -> None:
     entry.createdAt  # type: ignore[attr-defined]  # noqa: B018
     assert_type(run.list(ref, limit=5, tag="t"), list[MemoryEntry])
     assert_type(run.get(ref, entry.id), MemoryEntry | None)
+    found = run.search(ref, "database rollback", limit=5, token_budget=200, tags_any=["a"])
+    assert_type(found, list[MemoryEntry])
+    since = datetime.now(UTC) - timedelta(days=1)
+    ranked = run.list(ref, query="q", rank="relevance", token_budget=100, created_after=since)
+    assert_type(ranked, list[MemoryEntry])
+    run.list(ref, rank="best", query="q")  # type: ignore[arg-type]
+    run.list(ref, token_budget="100")  # type: ignore[arg-type]
+    run.list(ref, created_after="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+    run.list(ref, tokenBudget=100)  # type: ignore[call-arg]
+    run.search(ref)  # type: ignore[call-arg]
+    run.search(ref, "q", rank="recency")  # type: ignore[call-arg]
 
 
 async def non_blocking(run: AsyncMemoryRun, ref: str) -> None:
@@ -41,3 +52,5 @@ async def non_blocking(run: AsyncMemoryRun, ref: str) -> None:
     assert_type(entry.created_at, datetime)
     assert_type(await run.list(ref, limit=5), list[MemoryEntry])
     await run.put(ref, {"contnet": "x"})  # type: ignore[arg-type]
+    assert_type(await run.search(ref, "q", created_before=datetime.now(UTC)), list[MemoryEntry])
+    await run.list(ref, rank="relevant", query="q")  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ import anyio
 from ._convert import (
     ContentArg,
     OptionsArg,
+    Rank,
     SecretsArg,
     TtlArg,
     add_secrets_params,
@@ -201,24 +202,99 @@ class AsyncMemoryRun:
         *,
         limit: int | None = None,
         tag: str | None = None,
+        query: str | None = None,
+        rank: Rank | None = None,
+        token_budget: int | None = None,
+        tags_any: Sequence[str] | None = None,
+        tags_all: Sequence[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> builtins.list[MemoryEntry]:
-        """Entries of the scope in the run's snapshot, unexpired, newest first.
+        """Entries of the scope in the run's snapshot, unexpired, newest first (or by
+        relevance to ``query``).
 
         :param limit: at most this many entries; omitted or 0 means the sidecar's default
             (100), and more than its maximum (1000) means the maximum.
         :param tag: only entries carrying this tag.
-        :param options: the same options as a :class:`MemoryListOptions` or a mapping
-            ``{limit?, tag?}`` (the earlier form; not together with the keywords).
+        :param rank: ``"recency"`` (the default: newest first) or ``"relevance"``: the
+            entries relevant to ``query``, most relevant first (PROTOCOL.md says how
+            the sidecar ranks). :meth:`search` is this with ``rank="relevance"``.
+        :param query: the text to rank by, 1 to 4096 characters; only with
+            ``rank="relevance"``.
+        :param token_budget: at most this many tokens of content in all (the sidecar's
+            count, ``capabilities()["memory"]["injectionBudget"]``): the longest prefix of
+            the ranked list that fits; an entry over the budget on its own is skipped.
+            With ``limit``, the fewer entries wins.
+        :param tags_any: *(extension)* only entries carrying at least one of these tags.
+        :param tags_all: *(extension)* only entries carrying every one of these tags.
+        :param created_after: *(extension)* only entries created strictly after this
+            aware ``datetime``.
+        :param created_before: *(extension)* only entries created strictly before it.
+        :param options: the same options as a :class:`MemoryListOptions` or a mapping in
+            the wire's spelling (the earlier form; not together with the keywords).
 
-        A malformed or tampered ref yields ``[]``.
+        Every condition given must hold. A malformed or tampered ref yields ``[]``.
 
-        :raises MemoryValidationError: an option is malformed (nothing was sent).
+        :raises MemoryValidationError: an option is malformed, ``rank="relevance"`` has
+            no query, or a ``query`` keyword comes without ``rank="relevance"`` (it would
+            be ignored); nothing was sent.
         :raises RunNotOpenError: the run was never begun.
         :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
         """
         self._check_begun()
-        params = list_params(self.run_id, memory_ref, options, limit=limit, tag=tag)
+        params = list_params(
+            self.run_id,
+            memory_ref,
+            options,
+            limit=limit,
+            tag=tag,
+            query=query,
+            rank=rank,
+            token_budget=token_budget,
+            tags_any=tags_any,
+            tags_all=tags_all,
+            created_after=created_after,
+            created_before=created_before,
+        )
         return parse_entries(await self._client._request("memory.list", params))
+
+    async def search(
+        self,
+        memory_ref: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        token_budget: int | None = None,
+        tag: str | None = None,
+        tags_any: Sequence[str] | None = None,
+        tags_all: Sequence[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> builtins.list[MemoryEntry]:
+        """The entries of the run's snapshot relevant to ``query``, most relevant first:
+        :meth:`list` with ``rank="relevance"``; the other keywords are :meth:`list`'s.
+        (``capabilities()["memory"]["search"]["modes"]`` says how the sidecar judges
+        relevance: by keywords alone, or with ``semantic`` by meaning too.)
+
+        :param query: the text to search for, 1 to 4096 characters.
+
+        :raises MemoryValidationError: ``query`` or an option is malformed (nothing was
+            sent).
+        :raises RunNotOpenError: the run was never begun.
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        """
+        return await self.list(
+            memory_ref,
+            limit=limit,
+            tag=tag,
+            query=query,
+            rank="relevance",
+            token_budget=token_budget,
+            tags_any=tags_any,
+            tags_all=tags_all,
+            created_after=created_after,
+            created_before=created_before,
+        )
 
     async def get(self, memory_ref: str, id: str) -> MemoryEntry | None:
         """The entry ``id`` of the scope as the run's snapshot sees it, or ``None``.

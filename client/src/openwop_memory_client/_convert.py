@@ -15,13 +15,14 @@ import numbers
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import pydantic
 
 from ._entry import EntryDict, MemoryEntry, format_time, parse_entry_object
 from ._errors import InternalError, MemoryValidationError
 from .wire import (
+    VENDOR_FILTER,
     EntryInput,
     GetParams,
     IssueRefParams,
@@ -37,6 +38,7 @@ from .wire import (
 __all__ = [
     "ContentArg",
     "OptionsArg",
+    "Rank",
     "SecretsArg",
     "TtlArg",
     "begin_params",
@@ -58,6 +60,8 @@ SecretsArg: TypeAlias = Mapping[str, str] | Iterable[SecretSpec] | None
 ContentArg: TypeAlias = str | EntryDict | EntryInput
 OptionsArg: TypeAlias = MemoryListOptions | Mapping[str, Any] | None
 TtlArg: TypeAlias = timedelta | float | None
+# ``memory.list``'s orders: newest first, or by relevance to ``query``.
+Rank: TypeAlias = Literal["recency", "relevance"]
 
 _BEGIN = pydantic.TypeAdapter(RunBeginResult)
 
@@ -155,14 +159,43 @@ def id_params(run_id: str, memory_ref: str, entry_id: str) -> dict[str, Any]:
 
 
 def list_params(
-    run_id: str, memory_ref: str, options: OptionsArg, *, limit: int | None, tag: str | None
+    run_id: str,
+    memory_ref: str,
+    options: OptionsArg,
+    *,
+    limit: int | None = None,
+    tag: str | None = None,
+    query: str | None = None,
+    rank: Rank | None = None,
+    token_budget: int | None = None,
+    tags_any: Sequence[str] | None = None,
+    tags_all: Sequence[str] | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
 ) -> dict[str, Any]:
     """``memory.list`` params from an options object or mapping, or the keyword options.
 
-    :raises MemoryValidationError: both forms were given, or an option is malformed.
+    The keywords are the v2 options in snake_case (``token_budget`` is ``tokenBudget``)
+    and the filter extension's members, sent under ``options["vendor.openwop-memory.filter"]``
+    with times as RFC 3339 strings.
+
+    :raises MemoryValidationError: both forms were given; an option is malformed; ``rank``
+        is ``relevance`` without a query (in either form, as the sidecar would answer); or,
+        as keywords, a ``query`` without ``rank="relevance"``, which the sidecar would
+        silently ignore.
     """
     params: dict[str, Any] = {"runId": run_id, "memoryRef": memory_ref}
-    keywords = {k: v for k, v in (("limit", limit), ("tag", tag)) if v is not None}
+    keywords = _list_keywords(
+        limit=limit,
+        tag=tag,
+        query=query,
+        rank=rank,
+        token_budget=token_budget,
+        tags_any=tags_any,
+        tags_all=tags_all,
+        created_after=created_after,
+        created_before=created_before,
+    )
     if options is not None and keywords:
         raise _invalid("options", "give the options as a mapping or as keywords, not both")
     if isinstance(options, MemoryListOptions):
@@ -177,7 +210,53 @@ def list_params(
         )
     if wire:
         params["options"] = wire
-    return _checked(ListParams, params)
+    _checked(ListParams, params)
+    relevance = wire.get("rank") == "relevance"
+    if relevance and "query" not in wire:
+        raise _invalid("options.query", "rank 'relevance' requires a query")
+    if "query" in keywords and not relevance:
+        raise _invalid(
+            "options.query",
+            "a query is ignored under rank 'recency' (the default):"
+            " give rank='relevance', or call search()",
+        )
+    return params
+
+
+def _list_keywords(
+    *,
+    limit: int | None,
+    tag: str | None,
+    query: str | None,
+    rank: Rank | None,
+    token_budget: int | None,
+    tags_any: Sequence[str] | None,
+    tags_all: Sequence[str] | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+) -> dict[str, Any]:
+    """The wire options of ``list``'s keywords (not yet checked by the model), omitting
+    every keyword left at ``None``."""
+    named = (("limit", limit), ("tag", tag), ("query", query), ("rank", rank))
+    wire: dict[str, Any] = {key: value for key, value in named if value is not None}
+    if token_budget is not None:
+        wire["tokenBudget"] = token_budget
+    where: dict[str, Any] = {}
+    for key, tags in (("tagsAny", tags_any), ("tagsAll", tags_all)):
+        if tags is not None:
+            _check_tag_sequence(f"options.{VENDOR_FILTER}.{key}", tags)
+            where[key] = list(tags)
+    for key, when in (("createdAfter", created_after), ("createdBefore", created_before)):
+        if when is not None:
+            field = f"options.{VENDOR_FILTER}.{key}"
+            given: object = when  # the annotation is a promise the caller may not have kept
+            if not isinstance(given, datetime):
+                name = key.replace("created", "created_").lower()
+                raise _invalid(field, f"{name} must be a datetime, not {type(when).__name__}")
+            where[key] = _format(when, field)
+    if where:
+        wire[VENDOR_FILTER] = where
+    return wire
 
 
 def _expiry(ttl: TtlArg, expires_at: datetime | None) -> str | None:
@@ -196,7 +275,10 @@ def _expiry(ttl: TtlArg, expires_at: datetime | None) -> str | None:
     if isinstance(given, timedelta):
         seconds = given.total_seconds()
     elif not isinstance(given, bool) and isinstance(given, numbers.Real):
-        seconds = float(given)
+        try:
+            seconds = float(given)
+        except OverflowError:  # an int past float's range
+            raise _invalid("entry.expiresAt", "ttl reaches past the year 9999") from None
     else:
         raise _invalid(
             "entry.expiresAt",
@@ -210,19 +292,37 @@ def _expiry(ttl: TtlArg, expires_at: datetime | None) -> str | None:
         raise _invalid("entry.expiresAt", "ttl reaches past the year 9999") from None
 
 
-def _format(value: datetime) -> str:
+def _format(value: datetime, field: str = "entry.expiresAt") -> str:
+    """The wire spelling of an aware datetime.
+
+    :raises MemoryValidationError: it is naive, or its instant is outside the years
+        1 to 9999 once in UTC.
+    """
     try:
         return format_time(value)
     except ValueError as exc:
-        raise _invalid("entry.expiresAt", str(exc)) from None
+        raise _invalid(field, str(exc)) from None
+    except OverflowError:
+        raise _invalid(field, "out of range once converted to UTC") from None
+
+
+def _check_tag_sequence(field: str, tags: object) -> None:
+    """:raises MemoryValidationError: ``tags`` is one string, a mapping, or not iterable
+    (each tag's own type is the wire model's to check)."""
+    if isinstance(tags, str | bytes):
+        raise _invalid(field, "must be a sequence of strings, not one string")
+    if isinstance(tags, Mapping) or not isinstance(tags, Iterable):
+        raise _invalid(field, f"must be a sequence of strings, not {type(tags).__name__}")
 
 
 def _entry(
     content: ContentArg, tags: Sequence[str], ttl: TtlArg, expires_at: datetime | None
 ) -> dict[str, Any]:
     """The wire ``entry`` object of ``put``'s arguments (not yet checked by the model)."""
-    if isinstance(tags, str | bytes):
-        raise _invalid("entry.tags", "must be a sequence of strings, not one string")
+    given: object = tags  # None is not in the annotation, but it always meant "no tags"
+    if given is None:
+        tags = ()
+    _check_tag_sequence("entry.tags", tags)
     expiry = _expiry(ttl, expires_at)
     if isinstance(content, str):
         entry: dict[str, Any] = {"content": content}

@@ -102,6 +102,8 @@ async def open_app(settings: Settings) -> App:
             max_open_runs=settings.max_open_runs,
             max_run_secret_bytes=settings.max_run_secret_bytes,
             max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
+            # Forget is served on the admin socket alone: without one, nothing can forget.
+            forget=settings.admin_socket is not None,
         ),
         host_secrets=secrets_directory,
         stats=stats,
@@ -121,7 +123,12 @@ async def open_app(settings: Settings) -> App:
         access_log=dispatcher.access_log,
         methods=ADMIN_METHODS,
         at_once={},
-        target=Inspector(service, storage, max_list_limit=ServiceConfig.max_list_limit),
+        target=Inspector(
+            service,
+            storage,
+            max_list_limit=ServiceConfig.max_list_limit,
+            forget_batch=settings.sweep_batch,
+        ),
     )
     sweeper = Sweeper(service, interval=settings.sweep_interval, batch=settings.sweep_batch)
     return App(storage, service, dispatcher, admin, sweeper, secrets_directory, stats)

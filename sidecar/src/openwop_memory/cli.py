@@ -65,8 +65,8 @@ the socket is found as for `openwop-memory health`: --socket; OPENWOP_MEMORY_SOC
 """
 
 
-class _HealthConfigError(Exception):
-    """The config file ``health`` was told to read (or found installed) is unusable."""
+class ConfigFileError(Exception):
+    """The config file a command was told to read (or found installed) is unusable."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,19 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         health_args = _health_parser().parse_args(args[1:])
         try:
             path = _health_socket(health_args)
-        except _HealthConfigError as exc:
+        except ConfigFileError as exc:
             print(f"openwop-memory: {exc}", file=sys.stderr)
             return 2
         return health(path, health_args.timeout)
-    if args[:1] in (["inspect"], ["backup"]):
+    if args[:1] in (["inspect"], ["backup"], ["forget"]):
         from . import cli_admin  # the operator's commands: only their own path pays for them
 
         return cli_admin.main(args)
+    if args[:1] in (["export"], ["import"]):
+        from . import cli_transfer  # opens the database itself: no socket, no sidecar
+
+        return cli_transfer.main(args)
     if args[:1] == ["metrics"]:
         metrics_args = _health_parser(prog="openwop-memory metrics").parse_args(args[1:])
         try:
             path = _health_socket(metrics_args)
-        except _HealthConfigError as exc:
+        except ConfigFileError as exc:
             print(f"openwop-memory: {exc}", file=sys.stderr)
             return 2
         return metrics(path, metrics_args.timeout)
@@ -133,32 +137,48 @@ def _health_parser(
 def _health_socket(args: argparse.Namespace) -> str:
     """The socket path, found as the health epilog says (the order ``serve`` reads it in).
 
-    :raises _HealthConfigError: the named config file (or the installed one) cannot be read,
-        is not TOML, or its ``socket`` is not a path.
+    :raises ConfigFileError: as :func:`socket_setting`.
     """
-    if args.socket:
-        return str(args.socket)
-    if os.environ.get("OPENWOP_MEMORY_SOCKET"):
-        return os.environ["OPENWOP_MEMORY_SOCKET"]
-    config = args.config or os.environ.get("OPENWOP_MEMORY_CONFIG")
+    found = socket_setting(
+        args.socket, "OPENWOP_MEMORY_SOCKET", args.config, "socket", default=DEFAULT_SOCKET
+    )
+    assert found is not None  # a default was given
+    return found
+
+
+def socket_setting(
+    given: str | None, env: str, config: str | None, key: str, *, default: str | None
+) -> str | None:
+    """A socket path as the CLI's commands look it up: ``given`` (a flag), the variable
+    ``env``, the ``key`` of the TOML file ``config`` (else ``OPENWOP_MEMORY_CONFIG``, else
+    :data:`INSTALLED_CONFIG` if it exists), else ``default``.
+
+    :raises ConfigFileError: the named config file (or the installed one) cannot be read,
+        is not TOML, or its ``key`` is not a path.
+    """
+    if given:
+        return given
+    if os.environ.get(env):
+        return os.environ[env]
+    config = config or os.environ.get("OPENWOP_MEMORY_CONFIG")
     if not config and os.path.exists(INSTALLED_CONFIG):
         config = INSTALLED_CONFIG
     if not config:
-        return DEFAULT_SOCKET
+        return default
     import tomllib  # only here: a probe given no config file never reads TOML
 
     try:
         with open(config, "rb") as f:
-            value = tomllib.load(f).get("socket", DEFAULT_SOCKET)
+            value = tomllib.load(f).get(key, default)
     except OSError as exc:
         hint = f" ({PERMISSION_HINT})" if isinstance(exc, PermissionError) else ""
-        raise _HealthConfigError(
-            f"cannot read config file {config}: {exc.strerror}{hint}"
-        ) from None
+        raise ConfigFileError(f"cannot read config file {config}: {exc.strerror}{hint}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise _HealthConfigError(f"config file {config} is not valid TOML: {exc}") from None
+        raise ConfigFileError(f"config file {config} is not valid TOML: {exc}") from None
+    if value is None:
+        return None
     if not isinstance(value, str) or not value:
-        raise _HealthConfigError(f"invalid setting socket (from config file {config}): not a path")
+        raise ConfigFileError(f"invalid setting {key} (from config file {config}): not a path")
     return value
 
 
@@ -189,7 +209,7 @@ def _serve_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,health,metrics,inspect,backup}",
+        metavar="{serve,health,metrics,inspect,backup,forget,export,import}",
         title="commands",
     )
     serve = sub.add_parser(
@@ -237,6 +257,9 @@ def _serve_main(argv: list[str]) -> int:
     )
     sub.add_parser("inspect", help="what runs saw, scopes, entries (over the admin socket)")
     sub.add_parser("backup", help="a consistent copy of a SQLite database (admin socket)")
+    sub.add_parser("forget", help="remove a subject's entries from a tenant (admin socket)")
+    sub.add_parser("export", help="write the whole memory to an NDJSON file (opens the database)")
+    sub.add_parser("import", help="load an export into a new database (opens the database)")
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
     deprecations: list[DeprecatedSpelling] = []
@@ -282,7 +305,7 @@ def _metavar(name: str, field: Any) -> str:
         return "BOOL"
     if is_duration(field):
         return "DURATION"
-    special = {"socket": "PATH", "secrets_dir": "DIR", "database": "URL"}
+    special = {"socket": "PATH", "admin_socket": "PATH", "secrets_dir": "DIR", "database": "URL"}
     special |= {"socket_mode": "MODE", "tenant_binding": "JSON", "metrics_address": "HOST:PORT"}
     if name in special:
         return special[name]
@@ -367,11 +390,16 @@ def metrics(socket_path: str, timeout: float) -> int:
 
 def _no_answer_reason(exc: Exception, socket_path: str) -> str:
     """Why a probe got no answer, in words, with a hint where one helps."""
+    size = len(os.fsencode(socket_path))
+    if isinstance(exc, OSError) and size > MAX_SOCKET_PATH_BYTES:
+        # The socket module's own error ("AF_UNIX path too long") has no strerror.
+        return (
+            f"the path is {size} bytes; a Unix socket path is limited to "
+            f"{MAX_SOCKET_PATH_BYTES} bytes"
+        )
     reason: str = getattr(exc, "strerror", None) or type(exc).__name__
     if isinstance(exc, PermissionError):
         reason += f" ({PERMISSION_HINT})"
-    elif isinstance(exc, OSError) and len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
-        reason += f" (the path is over the {MAX_SOCKET_PATH_BYTES}-byte limit of socket paths)"
     return reason
 
 

@@ -1,13 +1,15 @@
-"""``openwop-memory inspect`` and ``openwop-memory backup``: the operator's commands, sent
-over the admin socket (see :mod:`openwop_memory.wire.admin`).
+"""``openwop-memory inspect``, ``backup`` and ``forget``: the operator's commands, sent over
+the admin socket (see :mod:`openwop_memory.wire.admin`).
 
 ``inspect runs`` | ``inspect run RUN_ID`` | ``inspect scopes TENANT`` | ``inspect entry ID``
 print a table (``--json``: the answer as it came). ``backup DEST`` writes a consistent,
 checked copy of a running SQLite database to the new file DEST (an absolute path, written
-by the sidecar's user) and says how long it took.
+by the sidecar's user) and says how long it took. ``forget TENANT SUBJECT`` removes for good
+every entry of TENANT tagged ``subject:SUBJECT`` and says how many went.
 
 The admin socket is ``--admin-socket``, else ``OPENWOP_MEMORY_ADMIN_SOCKET``, else the
-``admin_socket`` of the TOML file given by ``--config`` or ``OPENWOP_MEMORY_CONFIG``.
+``admin_socket`` of the TOML file given by ``--config`` or ``OPENWOP_MEMORY_CONFIG``, else
+of the installed config file if it exists (as ``health`` finds its socket).
 Exit codes: 0 done, 1 the sidecar answered with an error (printed), 2 nothing answered.
 """
 
@@ -21,12 +23,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .cli import INSTALLED_CONFIG, ConfigFileError, socket_setting
+
 _CONTENT_WIDTH = 60
 
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
-    path = _admin_socket(args)
+    try:
+        path = _admin_socket(args)
+    except ConfigFileError as exc:
+        print(f"openwop-memory: {exc}", file=sys.stderr)
+        return 2
     if path is None:
         print(
             "openwop-memory: no admin socket: pass --admin-socket PATH, or set admin_socket "
@@ -56,15 +64,16 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-_EPILOG = """\
+_EPILOG = f"""\
 The admin socket is looked for in this order: --admin-socket, OPENWOP_MEMORY_ADMIN_SOCKET,
-the admin_socket of the TOML file given by --config or OPENWOP_MEMORY_CONFIG. The sidecar
-must have been started with admin_socket set.
+the admin_socket of the TOML file given by --config or OPENWOP_MEMORY_CONFIG, the
+admin_socket of {INSTALLED_CONFIG} if it exists. The sidecar must have been started
+with admin_socket set.
 
 exit codes:
   0  done
   1  the sidecar answered with an error (printed on stderr)
-  2  nothing answered, or no admin socket is known
+  2  nothing answered, no admin socket is known, or the config file cannot be read
 """
 
 
@@ -78,7 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--config",
         metavar="FILE",
-        help="TOML file to read admin_socket from [env: OPENWOP_MEMORY_CONFIG]",
+        help="TOML file to read admin_socket from; an error if it cannot be read "
+        f"[env: OPENWOP_MEMORY_CONFIG; default: {INSTALLED_CONFIG} if it exists]",
     )
     common.add_argument(
         "--timeout",
@@ -114,31 +124,29 @@ def _parser() -> argparse.ArgumentParser:
     command(what, "entry", "one entry by id, whatever its tenant").add_argument("entry_id")
     backup = command(sub, "backup", "a consistent, checked copy of a running SQLite database")
     backup.add_argument("dest", help="the new file: a path on the sidecar's host")
+    forget = command(
+        sub,
+        "forget",
+        "remove for good every entry of a tenant tagged subject:SUBJECT, in all its scopes "
+        "(runs that saw them stop seeing them)",
+    )
+    forget.add_argument("tenant")
+    forget.add_argument("subject", help="the subject's id: entries tagged subject:SUBJECT go")
     return parser
 
 
 def _admin_socket(args: argparse.Namespace) -> str | None:
-    if args.admin_socket:
-        return str(args.admin_socket)
-    if os.environ.get("OPENWOP_MEMORY_ADMIN_SOCKET"):
-        return os.environ["OPENWOP_MEMORY_ADMIN_SOCKET"]
-    config = args.config or os.environ.get("OPENWOP_MEMORY_CONFIG")
-    if config:
-        import tomllib
-
-        try:
-            with open(config, "rb") as f:
-                value = tomllib.load(f).get("admin_socket")
-        except (OSError, tomllib.TOMLDecodeError):
-            return None
-        if isinstance(value, str) and value:
-            return value
-    return None
+    """:raises ConfigFileError: the config file named (or installed) is unusable."""
+    return socket_setting(
+        args.admin_socket, "OPENWOP_MEMORY_ADMIN_SOCKET", args.config, "admin_socket", default=None
+    )
 
 
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     if args.command == "backup":
         return "admin.backup", {"path": os.path.abspath(args.dest)}
+    if args.command == "forget":
+        return "admin.forget", {"tenant": args.tenant, "subject": args.subject}
     if args.what == "runs":
         return "admin.runs", {"limit": args.limit}
     if args.what == "run":
@@ -164,6 +172,11 @@ def _ask(path: str, method: str, params: dict[str, Any], timeout: float) -> dict
 def _render(args: argparse.Namespace, result: Any) -> str:
     if args.command == "backup":
         return f"backed up {result['bytes']} bytes to {result['path']} in {result['seconds']} s"
+    if args.command == "forget":
+        return (
+            f"forgot {result['forgotten']} entries of subject {result['subject']} "
+            f"in tenant {result['tenant']} in {result['seconds']} s"
+        )
     if args.what == "runs":
         columns = ("runId", "tenant", "snapshotAt", "touchedAt", "retained", "openHere")
         return _table(columns, result)

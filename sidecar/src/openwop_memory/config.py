@@ -188,6 +188,12 @@ class Settings(BaseModel):
         description="sqlite:///relative/path, sqlite:////absolute/path or "
         "postgresql://user@host/db",
     )
+    create_database: bool = Field(
+        True,
+        description="make the database if it has none of ours (SQLite: the file; PostgreSQL: "
+        "the tables); false: a missing one stops the start, naming it (for production, once "
+        "it exists: a mistyped path then fails instead of starting empty)",
+    )
     redaction: Literal["rewrite", "reject", "reject-disguised"] = Field(
         "rewrite",
         description="when an entry holds a secret: rewrite it as [REDACTED:<id>], reject the "
@@ -311,7 +317,7 @@ class Settings(BaseModel):
         None,
         min_length=1,
         description="path of a second socket (mode 0600) for the operator's admin methods "
-        "(openwop-memory inspect and backup); not set: none",
+        "(openwop-memory inspect, backup and forget); not set: none",
     )
     metrics_address: Annotated[str | None, BeforeValidator(_address)] = Field(
         None,

@@ -90,30 +90,25 @@ async def serve(settings: Settings) -> None:
         if inherited is not None:
             inherited.close()  # this process's copy; systemd keeps listening on its own
         raise
-    metrics = admin = None
+    metrics: metrics_http.MetricsListener | None = None
+    admin: Listening | None = None
     try:
         metrics = await _listen_for_metrics(settings)
         if settings.admin_socket is not None:
             # Only the service's user (and root) may connect: the admin methods cross tenants.
-            admin = await _listen(settings.admin_socket, 0o600)
+            admin = await _listen_owned(settings.admin_socket, 0o600)
         listening = await _listen_for_workers(settings, inherited)
     except BaseException:
-        for opened in (metrics, admin):
-            if opened is not None:
-                await opened.aclose()
+        if metrics is not None:
+            await metrics.aclose()
         if admin is not None:
-            _unlink(settings.admin_socket)
+            await admin.listener.aclose()
+            _remove_socket_file(admin)
         if inherited is not None:
             inherited.close()
         await app.aclose()
         raise
     await Server(settings, app, systemd).run(listening, metrics, admin)
-
-
-def _unlink(path: str | None) -> None:
-    if path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 async def _listen_for_metrics(settings: Settings) -> metrics_http.MetricsListener | None:
@@ -185,13 +180,22 @@ async def _listen_for_workers(settings: Settings, inherited: socket.socket | Non
             inherited.close()
             raise StartupError(f"cannot serve the socket systemd passed: {exc}") from None
         return Listening(listener, path, None)
-    listener = await _listen(settings.socket, settings.socket_mode)
+    return await _listen_owned(settings.socket, settings.socket_mode)
+
+
+async def _listen_owned(path: str, mode: int) -> Listening:
+    """A new listening socket at ``path`` (see :func:`_listen`), remembered as this
+    process's own so that only that file is removed at the end.
+
+    :raises StartupError: the socket cannot be created there.
+    """
+    listener = await _listen(path, mode)
     try:
-        st = os.stat(settings.socket)
+        st = os.stat(path)
     except OSError as exc:
         await listener.aclose()
-        raise StartupError(f"cannot listen on {settings.socket}: {exc.strerror}") from None
-    return Listening(listener, settings.socket, (st.st_dev, st.st_ino))
+        raise StartupError(f"cannot listen on {path}: {exc.strerror}") from None
+    return Listening(listener, path, (st.st_dev, st.st_ino))
 
 
 def _remove_socket_file(listening: Listening) -> None:
@@ -275,6 +279,7 @@ class Server:
         self.app = app
         self._systemd = systemd or SystemdEnvironment()
         self._listening: Listening | None = None
+        self._admin: Listening | None = None
         self.dispatcher = app.dispatcher
         self.connection_stats = app.stats.connections
         self._stop = anyio.Event()
@@ -296,12 +301,13 @@ class Server:
         self,
         listening: Listening,
         metrics: metrics_http.MetricsListener | None = None,
-        admin: anyio.abc.SocketListener | None = None,
+        admin: Listening | None = None,
     ) -> None:
         """Serve on ``listening`` (and scrapes on ``metrics``, operators on ``admin``)
         until a stop is requested, then shut down gracefully: close the app (flushing the
         storage), remove the sockets this process made, log ``stopped``."""
         self._listening = listening
+        self._admin = admin
         listener = listening.listener
         notify = self._systemd.notify
         gcpolicy.settle_after_startup()
@@ -317,7 +323,9 @@ class Server:
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(self._accept, listener, conns, self.dispatcher)
                     if admin is not None:
-                        conns.start_soon(self._accept, admin, conns, self.app.admin_dispatcher)
+                        conns.start_soon(
+                            self._accept, admin.listener, conns, self.app.admin_dispatcher
+                        )
                     notify("READY=1")
                     watchdog = self._systemd.watchdog_interval
                     if watchdog is not None:
@@ -333,7 +341,7 @@ class Server:
                     notify("STOPPING=1")
                     log.info("stopping", open_connections=len(self._connections))
                     if admin is not None:
-                        await admin.aclose()
+                        await admin.listener.aclose()
                     await self._drain(listener, conns)
                 tg.cancel_scope.cancel()
         finally:
@@ -533,7 +541,7 @@ class Server:
 
     async def _cleanup(self) -> None:
         await self.app.aclose()
-        if self._listening is not None:
-            _remove_socket_file(self._listening)
-        _unlink(self.settings.admin_socket)
+        for listening in (self._listening, self._admin):
+            if listening is not None:
+                _remove_socket_file(listening)
         log.info("stopped")

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from .errors import StartupError
 
 LISTEN_FDS_START = 3
+# What the workers' socket is called in LISTEN_FDNAMES: `FileDescriptorName=memory` in a
+# socket unit, or, by default, that unit's own name.
+WORKER_SOCKET_NAMES = ("memory", "openwop-memory.socket")
 _LISTEN_VARIABLES = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 _WATCHDOG_VARIABLES = ("WATCHDOG_USEC", "WATCHDOG_PID")
 
@@ -157,8 +160,10 @@ def socket_path(sock: socket.socket) -> str:
 
 def choose_listener(passed: Iterable[PassedDescriptor], wanted_path: str) -> socket.socket | None:
     """The listening Unix stream socket among ``passed``, set non-blocking; None when
-    nothing was passed. With several, the one bound to ``wanted_path`` (the ``socket``
-    setting). Descriptors not chosen are left open and untouched: they are systemd's.
+    nothing was passed. With several, the names in ``LISTEN_FDNAMES`` decide first: the
+    one named as in :data:`WORKER_SOCKET_NAMES`, when exactly one is; otherwise the one
+    (among those so named, if any) bound to ``wanted_path`` (the ``socket`` setting).
+    Descriptors not chosen are left open and untouched: they are systemd's.
 
     :raises StartupError: descriptors were passed but none (or no single one) fits.
     """
@@ -166,6 +171,7 @@ def choose_listener(passed: Iterable[PassedDescriptor], wanted_path: str) -> soc
     if not passed:
         return None
     candidates: list[socket.socket] = []
+    names: dict[int, str] = {}
     for descriptor in passed:
         try:
             sock = socket.socket(fileno=descriptor.fd)
@@ -173,6 +179,7 @@ def choose_listener(passed: Iterable[PassedDescriptor], wanted_path: str) -> soc
             continue  # not a socket, or not open
         if is_listening_unix_stream(sock):
             candidates.append(sock)
+            names[descriptor.fd] = descriptor.name
         else:
             sock.detach()  # not ours to close
     described = ", ".join(f"fd {d.fd} ({d.name})" for d in passed)
@@ -183,14 +190,19 @@ def choose_listener(passed: Iterable[PassedDescriptor], wanted_path: str) -> soc
         )
     chosen = candidates[0]
     if len(candidates) > 1:
+        named = [s for s in candidates if names[s.fileno()] in WORKER_SOCKET_NAMES]
         wanted = os.path.abspath(wanted_path)
-        matching = [s for s in candidates if socket_path(s) == wanted]
+        matching = [s for s in named or candidates if socket_path(s) == wanted]
+        if len(named) == 1:
+            matching = named
         if len(matching) != 1:
             for sock in candidates:
                 sock.detach()
             raise StartupError(
-                f"systemd passed several listening Unix sockets ({described}) and none is "
-                f"bound to the socket setting {wanted}; pass one, or set socket to its path"
+                f"systemd passed several listening Unix sockets ({described}), none named "
+                f"{' or '.join(WORKER_SOCKET_NAMES)} alone nor bound to the socket setting "
+                f"{wanted} alone; set FileDescriptorName=memory on the workers' socket, or "
+                "socket to its path"
             )
         chosen = matching[0]
         for sock in candidates:

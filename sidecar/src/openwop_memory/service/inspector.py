@@ -1,5 +1,6 @@
-"""What an operator may see of the memory, over the admin socket only: the runs, what one
-run's snapshot sees, a tenant's scopes, an entry by id, and a backup of the database.
+"""What an operator may see of the memory, and do to it, over the admin socket only: the
+runs, what one run's snapshot sees, a tenant's scopes, an entry by id, a backup of the
+database, and forgetting a subject.
 
 These cross tenants by design (an operator debugging an agent run needs exactly that), so
 :mod:`openwop_memory.wire.admin` serves them on a socket of their own, never on the
@@ -13,20 +14,34 @@ import os
 import time
 from typing import Any
 
+import structlog
 from openwop_memory_client import NotFoundError, ValidationError
 
 from ..storage.base import Storage
 from ..timefmt import format_us
 from .memory import MemoryService, entry_to_wire
 
+SUBJECT_TAG_PREFIX = "subject:"
+"""An entry is about subject ``S`` when it carries the tag ``subject:S`` (what forget removes)."""
+
+log = structlog.get_logger("openwop_memory.admin")
+
 
 class Inspector:
     """The operator's view of one sidecar's memory (see the module)."""
 
-    def __init__(self, service: MemoryService, storage: Storage, *, max_list_limit: int) -> None:
+    def __init__(
+        self,
+        service: MemoryService,
+        storage: Storage,
+        *,
+        max_list_limit: int,
+        forget_batch: int = 500,
+    ) -> None:
         self._service = service
         self._storage = storage
         self._max_list_limit = max_list_limit
+        self._forget_batch = forget_batch
 
     async def runs(self, limit: int) -> list[dict[str, Any]]:
         """Stored runs, the most recently touched first, marked when open in this process."""
@@ -111,3 +126,23 @@ class Inspector:
         started = time.monotonic()
         size = await self._storage.backup(path=path)
         return {"path": path, "bytes": size, "seconds": round(time.monotonic() - started, 3)}
+
+    async def forget(self, tenant: str, subject: str) -> dict[str, Any]:
+        """Remove every entry of ``tenant`` tagged ``subject:<subject>``, in every scope of
+        the tenant, for good: older snapshots stop seeing them too (RFC 0080 puts forget
+        outside the replay envelope). Returns how many entries went.
+
+        The log line names the tenant and the count, not the subject: a subject id is often
+        a person's identifier, which a forget should not leave behind in the logs.
+
+        :raises UpstreamUnavailableError: the database failed; the batches committed before
+            stay forgotten, and the same forget again removes the rest.
+        """
+        started = time.monotonic()
+        count = await self._storage.forget(
+            tenant=tenant, tag=SUBJECT_TAG_PREFIX + subject, batch_size=self._forget_batch
+        )
+        seconds = round(time.monotonic() - started, 3)
+        self._service.stats.entries_forgotten += count
+        log.info("subject_forgotten", tenant=tenant, forgotten=count, seconds=seconds)
+        return {"tenant": tenant, "subject": subject, "forgotten": count, "seconds": seconds}

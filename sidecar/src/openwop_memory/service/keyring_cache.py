@@ -28,6 +28,10 @@ class HostSecrets(Protocol):
     def values_for(self, tenant: str) -> Mapping[str, str]:
         """Value → secret id for ``tenant``'s runs: its own secrets and the host-wide ones."""
 
+    @property
+    def reloads(self) -> Mapping[str, int]:
+        """Reloads after the first load, by outcome: ``changed``, ``unchanged``, ``failed``."""
+
 
 class KeyringSource(NamedTuple):
     """What a run's keyring is compiled from."""

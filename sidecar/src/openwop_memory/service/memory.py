@@ -74,6 +74,8 @@ class ServiceConfig:
     max_open_runs: int = 10_000
     max_run_secret_bytes: int = 16 << 10
     max_keyring_memory_bytes: int = 256 << 20
+    # Whether an operator can reach forget (it is served on the admin socket only).
+    forget: bool = False
 
 
 # How ``rank: "relevance"`` is computed here (an extension key beside ``search``, whose
@@ -196,6 +198,7 @@ class MemoryService:
         self._compiler = KeyringCompiler(self._keyring_budget)
         self._runs = RunRegistry(config.max_open_runs, self._keyring_budget)
         self._keyrings = KeyringCache(host_secrets, self._compiler, self._runs)
+        self._host_secrets = host_secrets
         self._put_policy = PutPolicy(
             max_entry_size_bytes=config.max_entry_size_bytes,
             redaction=config.redaction,
@@ -236,6 +239,8 @@ class MemoryService:
                     # claimed.
                     "search": {"supported": True, "modes": modes},
                     VENDOR_RELEVANCE: relevance,
+                    # RFC 0080: expiry, and forget by subject when an admin socket serves it.
+                    "retention": {"ttl": True, "forget": self._config.forget},
                 },
             }
         }
@@ -534,6 +539,7 @@ class MemoryService:
             keyrings=self._keyring_gauges(),
             storage=gauges,
             refs_rejected=self._refs.rejected,
+            host_reloads=None if self._host_secrets is None else self._host_secrets.reloads,
         )
 
     def _keyring_gauges(self) -> KeyringGauges:
@@ -563,6 +569,9 @@ class MemoryService:
         stats.sweeps += 1
         stats.entries_swept += counts.expired_entries
         stats.tombstones_purged += counts.purged_tombstones
+        stats.snapshots_expired += counts.expired_runs
+        stats.run_markers_purged += counts.purged_runs
+        stats.idempotency_keys_purged += counts.purged_idempotency_keys
         if counts.errors:
             stats.sweep_failures += 1
         return counts

@@ -13,7 +13,7 @@ load it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from .. import __version__
@@ -34,6 +34,7 @@ def render(
     keyrings: KeyringGauges,
     storage: StorageGauges | None,
     refs_rejected: int = 0,
+    host_reloads: Mapping[str, int] | None = None,
 ) -> bytes:
     """The metrics page: the sidecar's own metrics, then the process's (memory, CPU, file
     descriptors, from ``/proc``). ``storage`` is ``None`` when the backend could not answer;
@@ -42,7 +43,7 @@ def render(
 
     class _Collector:
         def collect(self) -> Iterator[Metric]:
-            return _families(stats, open_runs, keyrings, storage, refs_rejected)
+            return _families(stats, open_runs, keyrings, storage, refs_rejected, host_reloads)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector())
@@ -56,6 +57,7 @@ def _families(
     keyrings: KeyringGauges,
     storage: StorageGauges | None,
     refs_rejected: int,
+    host_reloads: Mapping[str, int] | None,
 ) -> Iterator[Metric]:
     from prometheus_client.core import (
         CounterMetricFamily,
@@ -103,10 +105,30 @@ def _families(
         "keyring_memory_bytes", "Estimated memory of compiled keyrings.", keyrings.memory_bytes
     )
     yield gauge("host_keyrings", "Host keyrings cached.", keyrings.host_keyrings)
-    yield counter(
-        "redactions", "Secret occurrences redacted from entries before storage.",
-        stats.redactions_applied,
+
+    def by(name: str, doc: str, label: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+        family = CounterMetricFamily(PREFIX + name, doc, labels=[label])
+        for value, n in sorted(counts.items()):
+            family.add_metric([value], n)
+        return family
+
+    yield by(
+        "redactions", "Secrets redacted from entries before storage, once per field holding "
+        "them, by kind: a registered secret as written (secret) or disguised (disguised), a "
+        "credential format (pattern).", "kind", stats.redactions,
     )  # fmt: skip
+    yield by(
+        "refusals", "Puts refused with secret_leakage, by the kind of what refused them "
+        "(survived: a secret left after rewriting).", "kind", stats.refusals,
+    )  # fmt: skip
+    if host_reloads is not None:
+        yield by(
+            "host_secrets_reloads", "Reloads of secrets_dir after the first load, by outcome "
+            "(changed, unchanged, failed).", "outcome", host_reloads,
+        )  # fmt: skip
+    yield counter(
+        "forgotten_entries", "Entries removed by forget (admin.forget).", stats.entries_forgotten
+    )
     yield counter(
         "refs_rejected", "Issued memoryRefs that failed verification (forged, altered, or "
         "issued under another database's key).", refs_rejected,
@@ -117,6 +139,18 @@ def _families(
     yield counter(
         "purged_tombstones", "Deleted entries purged once no snapshot saw them.",
         stats.tombstones_purged,
+    )  # fmt: skip
+    yield counter(
+        "expired_snapshots", "Run snapshots the sweeper let go past replay retention.",
+        stats.snapshots_expired,
+    )  # fmt: skip
+    yield counter(
+        "purged_run_markers", "Markers of runs past retention the sweeper removed.",
+        stats.run_markers_purged,
+    )  # fmt: skip
+    yield counter(
+        "purged_idempotency_keys", "Idempotency keys the sweeper removed.",
+        stats.idempotency_keys_purged,
     )  # fmt: skip
 
     conns = stats.connections
@@ -163,3 +197,14 @@ def _families(
             "Writes those transactions carried (over commits: the group-commit batch size).",
             storage.committed_writes,
         )
+    if storage.batch_sizes is not None and storage.committed_writes is not None:
+        batches = HistogramMetricFamily(
+            PREFIX + "commit_batch_size", "Writes a group commit carried, per commit."
+        )
+        buckets: list[tuple[str, float]] = []
+        total = 0
+        for upper, n in storage.batch_sizes:
+            total += n
+            buckets.append(("+Inf" if upper is None else str(upper), total))
+        batches.add_metric([], buckets, storage.committed_writes)
+        yield batches

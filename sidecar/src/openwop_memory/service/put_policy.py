@@ -114,6 +114,7 @@ class PutPolicy:
         redacted = await self._redact(keyring, params.entry)
         refused = self._refused(redacted)
         if refused:
+            self._stats.refusals["survived" if redacted.leaked else _kind(refused[0])] += 1
             raise SecretLeakageError(
                 "the entry contains a registered secret"
                 if refused[0].kind == "secret"
@@ -123,7 +124,10 @@ class PutPolicy:
                     "secretIds": sorted(set().union(*(f.secret_ids for f in refused))),
                 },
             )
-        self._stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
+        if redacted.findings:
+            for finding in redacted.findings:
+                self._stats.redactions[_kind(finding)] += len(finding.secret_ids)
+            self._stats.redactions_applied += sum(len(f.secret_ids) for f in redacted.findings)
         for i, tag in enumerate(redacted.tags):
             if len(tag) > MAX_TAG_CHARS:
                 raise ValidationError(
@@ -162,3 +166,10 @@ class PutPolicy:
                 )
             )
         )
+
+
+def _kind(finding: Finding) -> str:
+    """The metrics' kind of a finding: ``pattern``, ``disguised`` or ``secret``."""
+    if finding.kind == "pattern":
+        return "pattern"
+    return "disguised" if finding.disguised else "secret"

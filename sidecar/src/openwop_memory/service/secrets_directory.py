@@ -24,6 +24,7 @@ import os
 import re
 import stat
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,13 @@ class SecretsDirectory:
         self._lock = threading.Lock()  # one load at a time (SIGHUP and poll may overlap)
         self._signature: Signature = None
         self._scanned = False
+        self._reloads: Counter[str] = Counter()
+
+    @property
+    def reloads(self) -> Mapping[str, int]:
+        """Reloads after the first load (SIGHUP, or a change the poll saw), by outcome:
+        ``changed``, ``unchanged`` or ``failed``."""
+        return self._reloads
 
     @property
     def generation(self) -> int:
@@ -143,6 +151,7 @@ class SecretsDirectory:
         try:
             changed = await anyio.to_thread.run_sync(self.reload)
         except OSError as exc:
+            self._reloads["failed"] += 1
             log.warning("host_secrets_reload_failed", trigger=trigger, error=type(exc).__name__)
             return False
         self._log_reload(trigger, changed)
@@ -165,6 +174,7 @@ class SecretsDirectory:
             try:
                 changed = await anyio.to_thread.run_sync(self._poll)
             except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one poll
+                self._reloads["failed"] += 1
                 log.warning("host_secrets_poll_failed", error=type(exc).__name__)
                 continue
             if changed is not None:
@@ -181,6 +191,7 @@ class SecretsDirectory:
             return changed
 
     def _log_reload(self, trigger: str, changed: bool) -> None:
+        self._reloads["changed" if changed else "unchanged"] += 1
         log.info(
             "host_secrets_reload", trigger=trigger, changed=changed, generation=self.generation
         )

@@ -60,8 +60,17 @@ class ConnectionStats:
 class Stats:
     requests: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     redactions_applied: int = 0
+    # Redacted occurrences by kind: a registered secret written as it is ("secret") or
+    # disguised ("disguised"), a credential format ("pattern"); refused puts by the kind
+    # of what refused them ("survived": a secret left after rewriting).
+    redactions: Counter[str] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)
     entries_swept: int = 0
     tombstones_purged: int = 0
+    snapshots_expired: int = 0
+    run_markers_purged: int = 0
+    idempotency_keys_purged: int = 0
+    entries_forgotten: int = 0
     sweeps: int = 0
     sweep_failures: int = 0
     connections: ConnectionStats = field(default_factory=ConnectionStats)

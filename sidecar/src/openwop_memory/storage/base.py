@@ -31,7 +31,7 @@ What a backend promises:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
@@ -244,6 +244,15 @@ class FoundEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """An entry with its scope, as :meth:`Storage.export_entries` reads it and
+    :meth:`Storage.import_entries` writes it (content as stored: redacted)."""
+
+    scope: Scope
+    entry: EntryRow
+
+
+@dataclass(frozen=True, slots=True)
 class StorageGauges:
     """What a backend can tell cheaply about its size and its commits, for the metrics.
 
@@ -257,6 +266,9 @@ class StorageGauges:
     scopes_estimate: int | None = None
     commits: int | None = None  # transactions committed by this process
     committed_writes: int | None = None  # writes those commits carried (group commits)
+    # Commits by the writes they carried: (upper bound, commits) per bucket, not cumulative,
+    # the last bound None (unbounded).
+    batch_sizes: tuple[tuple[int | None, int], ...] | None = None
 
 
 class Storage(Protocol):
@@ -394,6 +406,43 @@ class Storage(Protocol):
 
     async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
         """The entry with this id in any tenant, deleted or not (for operators)."""
+
+    async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
+        """Physically remove every entry of ``tenant`` carrying ``tag``, in all its scopes,
+        deleted or not, and return how many went (for operators: RFC 0080's forget).
+
+        This is outside the replay envelope: snapshots that saw these entries stop seeing
+        them. The entry rows go, and with them all that hangs on a row (its tags, its
+        full-text index terms, whatever else a backend keeps per entry), and the
+        idempotency keys that pinned them (a put repeated with such a key stores anew).
+        Other tenants' entries are never touched, whatever their tags. It runs in
+        transactions of at most ``batch_size`` entries, so writers never stall; an entry
+        put with ``tag`` while it runs may survive it.
+        """
+
+    def export_entries(
+        self, *, now_us: int, batch_size: int
+    ) -> AsyncGenerator[Sequence[StoredEntry], None]:
+        """Every entry of every tenant that is live at ``now_us`` (neither deleted nor
+        expired), read as of one consistent point while writers go on, in commit order
+        (of each tenant, at least), in lists of at most ``batch_size``. Runs, snapshots,
+        tombstones and idempotency keys are not part of it (for operators: export)."""
+
+    async def adopt_ref_key(self, *, key: bytes) -> bool:
+        """Make ``key`` the database's memoryRef key, so that refs issued against the
+        database it came from reach the same scopes here. True when it is now the key (it
+        was already, or the database held no scope yet, so nothing was reachable through
+        the old one); False, nothing written, when the database holds scopes under
+        another key. A sidecar already serving this database keeps the key it read at its
+        start (for operators: import, before sidecars serve the database).
+        """
+
+    async def import_entries(self, *, entries: Sequence[StoredEntry]) -> int:
+        """Store ``entries`` in one transaction, in their order, each committed now but
+        keeping its id, scope, content, tags, createdAt and expiresAt (its token count is
+        counted again); an entry whose id is already stored, here or earlier in
+        ``entries``, is skipped. Returns how many were stored. A later put's createdAt is
+        never below an imported one (for operators: import)."""
 
     async def backup(self, *, path: str) -> int:
         """Write a consistent copy of the whole database to the new file ``path`` (created

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import anyio
@@ -59,6 +59,7 @@ from .base import (
     StorageGauges,
     StorageHealth,
     StorageStartupError,
+    StoredEntry,
     SweepCounts,
     classify_run,
 )
@@ -92,6 +93,17 @@ _TAKE_CLOCK = (
 )
 _UNPINNED = (
     "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.scope_pk = e.scope_pk AND i.entry_seq = e.seq)"
+)
+
+# One statement for every entry written (a put's, an import's): what an entry row holds,
+# its full-text vector included, is decided here once.
+_INSERT_ENTRY = (
+    "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us,"
+    f" tokens, search, embedding) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
+    f" to_tsvector('{SEARCH_CONFIG}', $9), $10)"
+)
+_INSERT_TAGS = (
+    "INSERT INTO entry_tags (scope_pk, tag, seq) SELECT $1, tag, $3 FROM unnest($2::text[]) AS tag"
 )
 
 log = structlog.get_logger("openwop_memory.storage")
@@ -137,6 +149,7 @@ class PostgresqlStorage:
         self,
         dsn: str,
         *,
+        create: bool = True,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
         connect_timeout: float = 5.0,
@@ -145,6 +158,7 @@ class PostgresqlStorage:
         prepared_statements: bool = True,
     ) -> None:
         self.dsn = dsn
+        self.create = create
         self.pool_min_size = pool_min_size
         self.pool_max_size = pool_max_size
         self.connect_timeout = connect_timeout
@@ -218,7 +232,8 @@ class PostgresqlStorage:
         migrate once; refuse a schema newer than this sidecar knows. True when the schema
         was created now (the database held none of ours).
 
-        :raises StorageStartupError: the schema is newer than this build.
+        :raises StorageStartupError: the schema is newer than this build, or there is none
+            and ``create`` is false.
         """
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
@@ -228,6 +243,13 @@ class PostgresqlStorage:
             )
             current = await conn.fetchval("SELECT max(version) FROM openwop_schema_migrations")
             current = current or 0
+            if current == 0 and not self.create:
+                name = await conn.fetchval("SELECT current_database()")
+                raise StorageStartupError(
+                    f"the PostgreSQL database {name} holds no openwop-memory tables and "
+                    "create_database is false: check that the URL names the right database, "
+                    "or set create_database = true to make the tables there"
+                )
             if current > LATEST_VERSION:
                 raise StorageStartupError(
                     f"the database schema is version {current}, newer than this sidecar "
@@ -460,9 +482,7 @@ class PostgresqlStorage:
                 tokens,
             )
             await conn.execute(
-                "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us,"
-                f" tokens, search, embedding) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
-                f" to_tsvector('{SEARCH_CONFIG}', $9), $10)",
+                _INSERT_ENTRY,
                 scope_pk,
                 seq,
                 row.id,
@@ -475,13 +495,7 @@ class PostgresqlStorage:
                 request.vector,
             )
             if request.tags:
-                await conn.execute(
-                    "INSERT INTO entry_tags (scope_pk, tag, seq)"
-                    " SELECT $1, tag, $3 FROM unnest($2::text[]) AS tag",
-                    scope_pk,
-                    list(request.tags),
-                    seq,
-                )
+                await conn.execute(_INSERT_TAGS, scope_pk, list(request.tags), seq)
             if key is not None:
                 await conn.execute(
                     "INSERT INTO idempotency (scope_pk, key, digest, entry_seq, created_us)"
@@ -778,6 +792,43 @@ class PostgresqlStorage:
                     break
         return counts
 
+    async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
+        async def op(conn: Conn, effects: Effects) -> tuple[int, int]:
+            rows = await conn.fetch(
+                "SELECT t.scope_pk, t.seq FROM scopes s JOIN entry_tags t"
+                " ON t.scope_pk = s.scope_pk AND t.tag = $2 WHERE s.tenant = $1 LIMIT $3",
+                tenant,
+                tag,
+                batch_size,
+            )
+            if rows:
+                pks = [r[0] for r in rows]
+                seqs = [r[1] for r in rows]
+                await conn.execute(
+                    "DELETE FROM idempotency WHERE (scope_pk, entry_seq) IN"
+                    " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                    pks,
+                    seqs,
+                )
+                # Everything kept per entry is in its row (the full-text vector, say) or
+                # cascades from it (entry_tags).
+                status = await conn.execute(
+                    "DELETE FROM entries WHERE (scope_pk, seq) IN"
+                    " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                    pks,
+                    seqs,
+                )
+                # A sweep of another sidecar may have taken some of them meanwhile.
+                return len(rows), int(status.rsplit(" ", 1)[-1])
+            return 0, 0
+
+        total = 0
+        while True:
+            found, removed = await self._write(op)
+            total += removed
+            if found < batch_size:
+                return total
+
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         rows = await self._read(
             lambda conn: conn.fetch(
@@ -813,6 +864,97 @@ class PostgresqlStorage:
             return None
         # The entry's columns first (six, tokens included), then the scope and tombstone.
         return FoundEntry(Scope(row[6], row[7]), _row(row), bool(row[8]))
+
+    async def export_entries(
+        self, *, now_us: int, batch_size: int
+    ) -> AsyncGenerator[Sequence[StoredEntry], None]:
+        # One repeatable-read transaction: every batch is read as of its first statement.
+        with translate_errors():
+            async with (
+                self._acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                batch: list[StoredEntry] = []
+                async for r in conn.cursor(
+                    f"SELECT s.tenant, s.key, {_ENTRY_COLUMNS} FROM entries e"
+                    " JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.deleted_seq IS NULL"
+                    " AND (e.expires_us IS NULL OR e.expires_us > $1) ORDER BY s.tenant, e.seq",
+                    now_us,
+                    prefetch=batch_size,
+                ):
+                    batch.append(StoredEntry(Scope(r[0], r[1]), _row(tuple(r)[2:])))
+                    if len(batch) == batch_size:
+                        yield batch
+                        batch = []
+                if batch:
+                    yield batch
+
+    async def adopt_ref_key(self, *, key: bytes) -> bool:
+        async def op(conn: Conn, effects: Effects) -> bool:
+            # The migration lock: no sidecar starting now reads the key halfway.
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+            current = await conn.fetchval("SELECT value FROM meta WHERE key = 'ref_mac_key'")
+            if current is not None and bytes(current) == key:
+                return True
+            if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM scopes)"):
+                return False
+            await conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('ref_mac_key', $1)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                key,
+            )
+            return True
+
+        return await self._write(op)
+
+    async def import_entries(self, *, entries: Sequence[StoredEntry]) -> int:
+        if not entries:
+            return 0
+        counted = [estimate_tokens(e.entry.content) for e in entries]
+
+        async def op(conn: Conn, effects: Effects) -> int:
+            found = await conn.fetch(
+                "SELECT id FROM entries WHERE id = ANY($1::text[])", [e.entry.id for e in entries]
+            )
+            seen = {r[0] for r in found}
+            by_tenant: dict[str, list[tuple[StoredEntry, int]]] = {}
+            for item, tokens in zip(entries, counted, strict=True):
+                if item.entry.id not in seen:
+                    seen.add(item.entry.id)
+                    by_tenant.setdefault(item.scope.tenant, []).append((item, tokens))
+            stored = 0
+            # Clocks in tenant order, so two imports cannot wait for each other in a cycle.
+            for tenant in sorted(by_tenant):
+                fresh = by_tenant[tenant]
+                last, _ = await _take_clock(conn, tenant, len(fresh))
+                await conn.execute(
+                    "UPDATE tenant_clocks SET last_us = greatest(last_us, $2) WHERE tenant = $1",
+                    tenant,
+                    max(i.entry.created_us for i, _ in fresh),
+                )
+                first = last - len(fresh)
+                for offset, (item, tokens) in enumerate(fresh, start=1):
+                    row, seq = item.entry, first + offset
+                    scope_pk = await self._scope_pk(conn, item.scope, effects)
+                    await conn.execute(
+                        _INSERT_ENTRY,
+                        scope_pk,
+                        seq,
+                        row.id,
+                        row.content.encode(),
+                        orjson.dumps(row.tags).decode(),
+                        row.created_us,
+                        row.expires_us,
+                        tokens,
+                        row.content.replace("\x00", " "),
+                        None,  # an imported entry has no vector: it ranks by keywords
+                    )
+                    if row.tags:
+                        await conn.execute(_INSERT_TAGS, scope_pk, list(row.tags), seq)
+                stored += len(fresh)
+            return stored
+
+        return await self._write(op)
 
     async def backup(self, *, path: str) -> int:
         raise ValidationError(

@@ -24,6 +24,7 @@ def create(url: str, settings: Settings) -> Storage:
     group = settings.postgresql
     return PostgresqlStorage(
         url,
+        create=settings.create_database,
         pool_min_size=group.pool_min_size,
         pool_max_size=group.pool_max_size,
         connect_timeout=group.connect_timeout,

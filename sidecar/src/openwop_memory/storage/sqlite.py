@@ -31,7 +31,7 @@ import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import aiosqlite
@@ -65,13 +65,22 @@ from .base import (
     StorageGauges,
     StorageHealth,
     StorageStartupError,
+    StoredEntry,
     SweepCounts,
     classify_run,
 )
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors, translated
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
-from .sqlite_writer import WAL_CHECKPOINT_BYTES, EntryInsert, GroupCommit, KeyInsert, OpFn, Txn
+from .sqlite_writer import (
+    BATCH_BUCKETS,
+    WAL_CHECKPOINT_BYTES,
+    EntryInsert,
+    GroupCommit,
+    KeyInsert,
+    OpFn,
+    Txn,
+)
 
 if TYPE_CHECKING:
     from .vector_cache import VectorCache
@@ -98,6 +107,8 @@ _SCORES = (
     " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n) - df.cnt"
     " + 0.5) / (df.cnt + 0.5))), 9) FROM v JOIN df ON df.term = v.term GROUP BY v.seq)"
 )
+# Merges every segment of the full-text index into one, dropping deleted rows' terms.
+_FTS_OPTIMIZE = "INSERT INTO entries_fts (entries_fts) VALUES ('optimize')"
 # Idempotency keys pin their entry (the second put returns it even after delete or expiry).
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
 # Below this much free space on the database's file system, health reports ``disk_full``:
@@ -167,6 +178,7 @@ class SqliteStorage:
         self,
         path: str,
         *,
+        create: bool = True,
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
         read_connections: int = 2,
@@ -177,6 +189,7 @@ class SqliteStorage:
         checkpoint_bytes: int = WAL_CHECKPOINT_BYTES,
     ) -> None:
         self.path = path
+        self.create = create
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.read_connections = read_connections
@@ -245,9 +258,17 @@ class SqliteStorage:
         can make them readable by others; warn about an existing file that is. True when
         the file was created now.
 
-        :raises StorageStartupError: the directory or file cannot be created.
+        :raises StorageStartupError: the directory or file cannot be created, or is missing
+            and ``create`` is false.
         """
-        directory = os.path.dirname(os.path.abspath(self.path))
+        path = os.path.abspath(self.path)
+        if not self.create and not os.path.exists(path):
+            raise StorageStartupError(
+                f"the database {path} does not exist and create_database is false: check "
+                "the path (a mistyped one would start an empty memory), or set "
+                "create_database = true to make a new database there"
+            )
+        directory = os.path.dirname(path)
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
             created = not os.path.exists(self.path)
@@ -851,6 +872,51 @@ class SqliteStorage:
             await self._writer.checkpoint("PASSIVE")
         return counts
 
+    async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
+        def op(txn: Txn) -> int:
+            # The tenant's scopes by their unique index, then each scope's entries with the
+            # tag by entry_tags' primary key; tombstones carry their tags too.
+            seqs = [
+                r[0]
+                for r in txn.conn.execute(
+                    "SELECT t.seq FROM scopes s JOIN entry_tags t ON t.scope_pk = s.scope_pk"
+                    " AND t.tag = ? WHERE s.tenant = ? LIMIT ?",
+                    (tag, tenant, batch_size),
+                ).fetchall()
+            ]
+            if seqs:
+                doomed = orjson.dumps(seqs)
+                txn.conn.execute(
+                    "DELETE FROM idempotency WHERE entry_seq IN (SELECT value FROM json_each(?))",
+                    (doomed,),
+                )
+                # The row's dependants go with it: entry_tags by cascade, entries_fts by
+                # its trigger, and any column a later schema adds to the row.
+                txn.conn.execute(
+                    "DELETE FROM entries WHERE seq IN (SELECT value FROM json_each(?))", (doomed,)
+                )
+            return len(seqs)
+
+        total = 0
+        while True:
+            removed: int = await self._writer.write(op)
+            total += removed
+            if removed < batch_size:
+                break
+            await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+        if total:
+            # FTS5 forgets a row by adding a delete marker; the row's terms stay in the old
+            # segments until they are merged. Merging them all now (secure_delete zeroes
+            # the pages freed) leaves no term of the forgotten entries in the database
+            # file once checkpointed. It rewrites the whole index in one write, holding the
+            # writer meanwhile (0.15 s for 20,000 entries of 30 words, in one measurement):
+            # fine for an operator's rare action. The WAL keeps older frames until it starts
+            # over, as after any delete.
+            await self._writer.write(_statement(_FTS_OPTIMIZE, ()))
+            with contextlib.suppress(MemoryServiceError):
+                await self._writer.checkpoint("PASSIVE")
+        return total
+
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         with translate_errors():
             rows = await _fetch(
@@ -886,6 +952,97 @@ class SqliteStorage:
         r = rows[0]
         # The entry's columns first (six, tokens included), then the scope and tombstone.
         return FoundEntry(Scope(r[6], r[7]), _row(r[:6]), bool(r[8]))
+
+    async def export_entries(
+        self, *, now_us: int, batch_size: int
+    ) -> AsyncGenerator[Sequence[StoredEntry], None]:
+        # A connection of its own, so a long export holds no pooled reader; one statement
+        # is one read transaction, so what it returns is one consistent point.
+        with translate_errors():
+            conn = await self._connect_reader()
+        try:
+            with translate_errors():
+                cursor = await conn.execute(
+                    f"SELECT s.tenant, s.key, {_ENTRY_COLUMNS} FROM entries e"
+                    " JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.deleted_seq IS NULL"
+                    " AND (e.expires_us IS NULL OR e.expires_us > ?) ORDER BY e.seq",
+                    (now_us,),
+                )
+            while True:
+                with translate_errors():
+                    rows = await cursor.fetchmany(batch_size)
+                if not rows:
+                    return
+                yield [StoredEntry(Scope(r[0], r[1]), _row(r[2:])) for r in rows]
+        finally:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await conn.close()
+
+    async def adopt_ref_key(self, *, key: bytes) -> bool:
+        def op(txn: Txn) -> bool:
+            rows = txn.conn.execute("SELECT value FROM meta WHERE key = 'ref_mac_key'").fetchall()
+            if rows and bytes(rows[0][0]) == key:
+                return True
+            if txn.conn.execute("SELECT 1 FROM scopes LIMIT 1").fetchall():
+                return False
+            txn.conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('ref_mac_key', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key,),
+            )
+            return True
+
+        adopted: bool = await self._writer.write(op)
+        return adopted
+
+    async def import_entries(self, *, entries: Sequence[StoredEntry]) -> int:
+        if not entries:
+            return 0
+        counted = [estimate_tokens(e.entry.content) for e in entries]  # outside the write
+
+        def op(txn: Txn) -> int:
+            wanted = orjson.dumps([e.entry.id for e in entries])
+            seen = {
+                r[0]
+                for r in txn.conn.execute(
+                    "SELECT id FROM entries WHERE id IN (SELECT value FROM json_each(?))",
+                    (wanted,),
+                ).fetchall()
+            }
+            fresh = []
+            for item, tokens in zip(entries, counted, strict=True):
+                if item.entry.id not in seen:
+                    seen.add(item.entry.id)
+                    fresh.append((item, tokens))
+            if not fresh:
+                return 0
+            # Sequence numbers of their own, past those the group commit reserved, and the
+            # clock pulled up to the newest createdAt, so later puts never date below it.
+            first, _ = txn.conn.execute(
+                "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
+                " RETURNING seq - ?, last_us",
+                (len(fresh), max(i.entry.created_us for i, _ in fresh), len(fresh)),
+            ).fetchall()[0]
+            for offset, (item, tokens) in enumerate(fresh, start=1):
+                row, seq = item.entry, first + offset
+                scope_pk = self._scope_pk(txn, item.scope)
+                txn.entries.append(
+                    EntryInsert(
+                        seq,
+                        row.id,
+                        scope_pk,
+                        row.content,
+                        orjson.dumps(row.tags),
+                        row.created_us,
+                        row.expires_us,
+                        tokens,
+                    )
+                )
+                txn.tags.extend((scope_pk, tag, seq) for tag in row.tags)
+            return len(fresh)
+
+        stored: int = await self._writer.write(op)
+        return stored
 
     async def backup(self, *, path: str) -> int:
         return await anyio.to_thread.run_sync(self._backup, path)
@@ -950,6 +1107,7 @@ class SqliteStorage:
             scopes_estimate=scopes or 0,
             commits=self._writer.commits,
             committed_writes=self._writer.committed_ops,
+            batch_sizes=tuple(zip((*BATCH_BUCKETS, None), self._writer.batch_sizes, strict=True)),
         )
 
     async def health(self) -> StorageHealth:

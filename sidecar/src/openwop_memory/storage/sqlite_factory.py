@@ -16,6 +16,7 @@ def create(url: str, settings: Settings) -> SqliteStorage:
     group = settings.sqlite
     return SqliteStorage(
         sqlite_path(url),
+        create=settings.create_database,
         synchronous=group.synchronous,
         busy_timeout_ms=int(group.busy_timeout * 1000),
         read_connections=group.read_connections,

@@ -60,6 +60,7 @@ that cannot commit (or every op, when the disk is full) gets the error.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import functools
 import math
@@ -99,6 +100,8 @@ _WAL_LOOK_EVERY = 16
 # The WAL size that triggers a checkpoint, as SQLite's automatic one did here (4000 pages):
 # fewer, larger checkpoints copy hot pages (the clock, index leaves) fewer times.
 WAL_CHECKPOINT_BYTES = 16 << 20
+# Upper bounds of the group-commit batch-size histogram's buckets (ops a commit carried).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 log = structlog.get_logger("openwop_memory.storage")
 
@@ -241,6 +244,9 @@ class GroupCommit:
         self._failure_reason = ""
         self.commits = 0  # transactions committed, for the metrics
         self.committed_ops = 0  # the ops they carried
+        # How many commits carried how many ops: one count per bucket of BATCH_BUCKETS
+        # (upper bounds, inclusive), then one for larger batches.
+        self.batch_sizes = [0] * (len(BATCH_BUCKETS) + 1)
         self._commit_started: float | None = None
         self._thread = WriterThread("openwop-memory-writer")
         self._checkpoints = WriterThread("openwop-memory-checkpoint")
@@ -547,6 +553,7 @@ class GroupCommit:
             # Plain int updates: the GIL makes them safe from the writer thread too.
             self.commits += 1
             self.committed_ops += len(batch)
+            self.batch_sizes[bisect.bisect_left(BATCH_BUCKETS, len(batch))] += 1
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")

@@ -10,6 +10,7 @@ they are ``method_not_found``, like any other unknown method.
 - ``admin.scopes {tenant}``: the tenant's scopes and their live entries.
 - ``admin.entry {id}``: one entry by id, whatever its tenant.
 - ``admin.backup {path}``: a consistent, checked copy of a SQLite database in a new file.
+- ``admin.forget {tenant, subject}``: remove the tenant's entries tagged ``subject:<subject>``.
 """
 
 from __future__ import annotations
@@ -49,10 +50,16 @@ class BackupParams(_AdminParams):
     path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 
 
+class ForgetParams(_AdminParams):
+    tenant: Name
+    subject: Name  # "subject:" + 128 characters stays within a tag's 256
+
+
 ADMIN_METHODS: dict[str, tuple[type[BaseModel], Handler]] = {
     "admin.runs": (RunsParams, lambda i, p: i.runs(p.limit)),
     "admin.run": (RunParams, lambda i, p: i.run(p.runId)),
     "admin.scopes": (ScopesParams, lambda i, p: i.scopes(p.tenant)),
     "admin.entry": (EntryParams, lambda i, p: i.entry(p.id)),
     "admin.backup": (BackupParams, lambda i, p: i.backup(p.path)),
+    "admin.forget": (ForgetParams, lambda i, p: i.forget(p.tenant, p.subject)),
 }

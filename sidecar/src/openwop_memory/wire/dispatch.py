@@ -4,8 +4,8 @@ This module is the whole wire layer above framing. It parses with orjson, checks
 request object's shape itself (so it can name the bad member) and looks the method up,
 then lets jsonrpcserver call the method and build the response. jsonrpcserver's public
 ``dispatch`` would parse again, validate against a JSON Schema, bind the params to the
-method's signature and run every request through ``asyncio.gather``: about 100 µs a
-request, measured, against about 5 µs for its ``call`` and ``to_response`` alone, and
+method's signature and run every request through ``asyncio.gather``: many times the cost of
+its ``call`` and ``to_response`` alone (``make bench`` profiles the request path), and
 pydantic validates params anyway. Every error is written as PROTOCOL.md's envelope.
 Every request's outcome is counted for ``sidecar.stats``; :mod:`.access_log` decides
 whether it also gets a (content-free) log line.

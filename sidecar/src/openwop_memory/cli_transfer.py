@@ -1,0 +1,153 @@
+"""``openwop-memory export FILE`` and ``openwop-memory import FILE``: a whole memory as NDJSON
+(see :mod:`openwop_memory.transfer`), to move it between databases, SQLite and PostgreSQL.
+
+They open the database themselves, as ``serve`` would (``--database``, else
+``OPENWOP_MEMORY_DATABASE``, else ``database`` of the TOML file given by ``--config`` or
+``OPENWOP_MEMORY_CONFIG``), so they need no running sidecar and no socket. An export reads
+beside running sidecars; it never creates a database. An import goes into a database no
+sidecar serves yet (a sidecar reads the memoryRef key once, at its start).
+
+Exit codes: 0 done, 1 it could not (the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the command's path imports the rest once its arguments are read
+    from .config import Settings
+    from .storage.base import Storage
+
+_EPILOG = """\
+The database is --database, else OPENWOP_MEMORY_DATABASE, else the database key of the
+TOML file given by --config or OPENWOP_MEMORY_CONFIG, as for `openwop-memory serve`.
+The file holds every tenant's memory (redacted as stored) and the key memoryRefs are
+signed with: it is created 0600; keep it as you keep the database.
+
+exit codes:
+  0  done
+  1  it could not be done (the message says why)
+"""
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(argv)
+    import anyio
+
+    from .config import ConfigError, load_settings
+    from .logs import configure_logging
+
+    flags: dict[str, object] = {"database": args.database}
+    if args.command == "export":
+        flags["create_database"] = False  # reading a database never makes one
+    try:
+        settings = load_settings(flags, config_file=args.config)
+    except ConfigError as exc:
+        print(f"openwop-memory: {exc}", file=sys.stderr)
+        return 1
+    configure_logging(settings.log_format, "warning")
+    try:
+        message = anyio.run(_run, args, settings, backend="asyncio")
+    except _Failed as exc:
+        print(f"openwop-memory: {args.command} failed: {exc}", file=sys.stderr)
+        return 1
+    print(message)
+    return 0
+
+
+class _Failed(Exception):
+    pass
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> str:
+    from openwop_memory_client import MemoryServiceError
+
+    from .storage.base import StorageStartupError
+    from .storage.registry import create_storage
+    from .transfer import TransferError, import_from
+
+    try:
+        storage = create_storage(settings)
+        await storage.open()
+    except StorageStartupError as exc:
+        raise _Failed(str(exc)) from None
+    try:
+        if args.command == "export":
+            return await _export(storage, args.file)
+        try:
+            with open(args.file, "rb") as source:  # noqa: ASYNC230 - a local file, in lines
+                done = await import_from(storage, source)
+        except OSError as exc:
+            raise _Failed(f"cannot read {args.file}: {exc.strerror}") from None
+        return (
+            f"imported {done.entries} entries from {args.file} ({done.skipped} already there) "
+            f"in {done.seconds} s"
+        )
+    except TransferError as exc:
+        raise _Failed(str(exc)) from None
+    except MemoryServiceError as exc:
+        raise _Failed(f"{exc.code}: {exc.message}") from None
+    finally:
+        await storage.close()
+
+
+async def _export(storage: Storage, path: str) -> str:
+    from .transfer import export_to
+
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise _Failed(f"cannot create {path}: {exc.strerror} (it must be a new file)") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            done = await export_to(storage, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return (
+        f"exported {done.entries} entries of {done.tenants} tenants to {path} in {done.seconds} s"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--database",
+        metavar="URL",
+        help="the database, as for serve [env: OPENWOP_MEMORY_DATABASE; default: see below]",
+    )
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file of serve's settings to read database from [env: OPENWOP_MEMORY_CONFIG]",
+    )
+    parser = argparse.ArgumentParser(prog="openwop-memory")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text, file_help in (
+        (
+            "export",
+            "write every live entry, with its scope, and the ref key to a new NDJSON file",
+            "the new file",
+        ),
+        (
+            "import",
+            "store an export's entries in a new database, which takes over its ref key",
+            "a file written by export",
+        ),
+    ):
+        command = sub.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            description=text[0].upper() + text[1:] + ".",
+            epilog=_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_argument("file", help=file_help)
+    return parser

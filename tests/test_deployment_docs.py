@@ -1,0 +1,334 @@
+"""Every number in systemd/README.md and kubernetes/README.md is the one of the file, unit,
+manifest or default it describes.
+
+Each check builds the sentence the page must contain from the real value (a unit's
+setting, a manifest's field, a default of :class:`~openwop_memory.config.Settings`) and
+looks for it in the page: a page that drifts from what it describes fails, with the
+sentence it should say. The measured figures (probe cost, load, security score) are
+checked against measurements by tests/test_deployment.py; the install steps are run by
+tests/test_systemd_install.py.
+"""
+
+from __future__ import annotations
+
+import configparser
+import inspect
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openwop_memory.cli import _health_parser
+from openwop_memory.config import Settings
+from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.systemd import WORKER_SOCKET_NAMES
+from openwop_memory.wire.access_log import CLIENT_ERROR_LINES_PER_SECOND
+from test_deployment import (
+    MANIFESTS,
+    _documents,
+    _env,
+    _health_timeout,
+    _prose,
+    _sidecar,
+    measure_load,
+    measure_probe,
+)
+
+pytestmark = [pytest.mark.backend_independent]
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMD = ROOT / "systemd"
+KUBERNETES = ROOT / "kubernetes"
+# Every setting at its default (model_validate: mypy's plugin would want every field named).
+DEFAULTS = Settings.model_validate({})
+_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten"}
+
+
+def _says(page: Path, sentence: str) -> None:
+    """``sentence`` is in ``page``, whatever its line breaks and comment markers."""
+    assert " ".join(sentence.split()) in _prose(page.read_text()), (
+        f"{page.relative_to(ROOT)} should say: {sentence!r}"
+    )
+
+
+def _seconds(value: str) -> float:
+    return float(value.removesuffix("s"))
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
+
+
+def _unit(name: str) -> configparser.SectionProxy:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string((SYSTEMD / name).read_text())
+    return parser["Socket" if name.endswith(".socket") else "Service"]
+
+
+def _tmpfiles_mode(path: str) -> str:
+    for line in (SYSTEMD / "openwop-memory.tmpfiles").read_text().splitlines():
+        fields = line.split()
+        if fields[:2] == ["d", path]:
+            return fields[2]
+    raise AssertionError(f"openwop-memory.tmpfiles makes no {path}")
+
+
+# -- systemd/README.md -------------------------------------------------------------------
+
+
+def test_the_systemd_page_quotes_the_units_modes() -> None:
+    page = SYSTEMD / "README.md"
+    service, socket_unit = _unit("openwop-memory.service"), _unit("openwop-memory.socket")
+    config = tomllib.loads((SYSTEMD / "openwop-memory.toml").read_text())
+    secrets = _tmpfiles_mode(config["secrets_dir"])
+    _says(page, f"| the service only (directory {secrets}) |")
+    runtime = _tmpfiles_mode(str(Path(socket_unit["ListenStream"]).parent))
+    assert runtime == service["RuntimeDirectoryMode"]
+    _says(page, f"(directory {runtime}, socket {socket_unit['SocketMode']}) |")
+    _says(
+        page,
+        f"(directory {service['StateDirectoryMode']}, `UMask={service['UMask']}`) |",
+    )
+
+
+def test_the_systemd_page_quotes_the_watchdog_and_stop_settings(tmp_path: Path) -> None:
+    page = SYSTEMD / "README.md"
+    service = _unit("openwop-memory.service")
+    defaults = DEFAULTS
+    watchdog = _seconds(service["WatchdogSec"])
+    # Server._watchdog pings every half interval, after a check given a quarter of it.
+    _says(
+        page,
+        f"`WatchdogSec={service['WatchdogSec']}`: the sidecar sends `WATCHDOG=1` every "
+        f"{_g(watchdog / 2)} s, each time after a storage health check answered within "
+        f"{_g(watchdog / 4)} s",
+    )
+    _says(page, f"stop the pings, and {_g(watchdog)} s after the last one systemd kills")
+    stuck_after = SqliteStorage(str(tmp_path / "m.db")).stuck_after
+    beyond = stuck_after - defaults.sqlite.busy_timeout
+    _says(page, f"`sqlite.busy_timeout` plus {_g(beyond)} s")
+    slowest = defaults.postgresql.connect_timeout + defaults.postgresql.command_timeout
+    _says(page, f"`postgresql.command_timeout` ({_g(slowest)} s by default)")
+    _says(page, f'"watchdog_seconds":{watchdog!r}')  # the example `ready` log line
+    _says(page, f"`drain_timeout` (default {_g(defaults.drain_timeout)} s)")
+    _says(page, f"`TimeoutStopSec={service['TimeoutStopSec']}` leaves room for that")
+    assert _seconds(service["TimeoutStopSec"]) > 2 * defaults.drain_timeout
+    assert service["RestartSec"] == "1s"
+    _says(page, "restarts a sidecar that crashed or that the watchdog stopped, after one second")
+
+
+def test_the_systemd_page_names_the_socket_names_the_sidecar_serves() -> None:
+    page = SYSTEMD / "README.md"
+    memory, unit_name = WORKER_SOCKET_NAMES
+    _says(page, f"it serves the one named `{memory}` (`FileDescriptorName={memory}`)")
+    _says(page, f"or `{unit_name}` (a socket unit's default name)")
+    assert (SYSTEMD / unit_name).is_file()
+
+
+def test_the_systemd_page_quotes_the_health_and_log_defaults() -> None:
+    page = SYSTEMD / "README.md"
+    timeout = _health_parser().parse_args([]).timeout
+    _says(page, f"no answer within `--timeout`, default {_g(timeout)} seconds")
+    probe_calls = inspect.signature(measure_probe).parameters["calls"].default
+    _says(page, f"the quickest of {_WORDS[probe_calls]} calls")
+    _says(page, f"errors at most {CLIENT_ERROR_LINES_PER_SECOND} lines a second")
+    threshold_ms = DEFAULTS.slow_request_threshold
+    assert threshold_ms is not None
+    _says(page, f"`slow_request_threshold` ({_g(threshold_ms * 1000)} ms)")
+    project = tomllib.loads((ROOT / "sidecar" / "pyproject.toml").read_text())["project"]
+    oldest = project["requires-python"].removeprefix(">=")
+    _says(page, f"Python {oldest} or newer at `/usr/bin/python3`")
+
+
+# -- kubernetes/README.md ----------------------------------------------------------------
+
+
+def _workloads() -> dict[str, dict[str, Any]]:
+    found = {}
+    for name in MANIFESTS:
+        (workload,) = [d for d in _documents(name) if d["kind"] in ("Deployment", "StatefulSet")]
+        found[name] = workload
+    return found
+
+
+def _container(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    spec = workload["spec"]["template"]["spec"]
+    (found,) = [
+        c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name
+    ]
+    return dict(found)
+
+
+def test_the_kubernetes_page_quotes_the_versions_validated() -> None:
+    page = KUBERNETES / "README.md"
+    native = {tuple(v) for n, v in MANIFESTS.items() if "pre-1.29" not in n}
+    assert len(native) == 1
+    ((first, second),) = native
+    old_first, old_second = MANIFESTS["deployment-pre-1.29.yaml"]
+    _says(
+        page,
+        f"against Kubernetes {first.removesuffix('.0')} and {second.removesuffix('.0')}, and "
+        f"{old_first.removesuffix('.0')} and {old_second.removesuffix('.0')} for "
+        "`deployment-pre-1.29.yaml`",
+    )
+
+
+def test_the_kubernetes_page_quotes_the_pods_settings() -> None:
+    page = KUBERNETES / "README.md"
+    workloads = _workloads()
+    graces = {
+        w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] for w in workloads.values()
+    }
+    (grace,) = graces
+    _says(page, f"`terminationGracePeriodSeconds: {grace}` is the budget for all of it")
+    drains = {_env(_sidecar(w))["OPENWOP_MEMORY_DRAIN_TIMEOUT"] for w in workloads.values()}
+    assert drains == {f"{_g(DEFAULTS.drain_timeout)}s"}
+    _says(page, f"then the sidecar's drain ({_g(DEFAULTS.drain_timeout)} s by default)")
+    contexts = [w["spec"]["template"]["spec"]["securityContext"] for w in workloads.values()]
+    (group,) = {c["fsGroup"] for c in contexts}
+    assert {(c["runAsUser"], c["runAsGroup"]) for c in contexts} == {(group, group)}
+    assert f"USER {group}:{group}" in (ROOT / "Dockerfile").read_text()
+    _says(page, f"the Pod's `fsGroup: {group}`")
+    _says(page, f"uid and gid {group} (the image's user), `fsGroup: {group}`")
+    workers = {_container(w, "worker")["securityContext"]["runAsUser"] for w in workloads.values()}
+    (worker,) = workers
+    _says(page, f"The worker may run as any uid ({worker} in the example); it is in group {group}")
+
+
+def test_the_kubernetes_page_quotes_the_probes() -> None:
+    page = KUBERNETES / "README.md"
+    for name, workload in _workloads().items():
+        sidecar = _sidecar(workload)
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = sidecar.get(kind)
+            if probe is None:
+                continue
+            if name == "fleet-postgresql.yaml" and kind == "livenessProbe":
+                _says(
+                    page,
+                    f"the liveness probe's is `--timeout {_g(_health_timeout(probe))}` with "
+                    f"`timeoutSeconds: {probe['timeoutSeconds']}`",
+                )
+                continue
+            added = probe["timeoutSeconds"] - _health_timeout(probe)
+            _says(
+                page,
+                f"`timeoutSeconds: {probe['timeoutSeconds']}`: the sidecar's own `--timeout "
+                f"{_g(_health_timeout(probe))}`, plus {_g(added)} s",
+            )
+        startup = sidecar.get("startupProbe")
+        if startup is not None:
+            assert startup["periodSeconds"] == 1
+            total = startup["periodSeconds"] * startup["failureThreshold"]
+            _says(page, f"`startupProbe` (every second, up to {total} s)")
+        readiness, liveness = sidecar["readinessProbe"], sidecar["livenessProbe"]
+        _says(
+            page,
+            f"{readiness['periodSeconds']} s (readiness) and {liveness['periodSeconds']} s "
+            f"(liveness, {_WORDS[liveness['failureThreshold']]} failures)",
+        )
+
+
+def test_the_kubernetes_page_quotes_the_fleet() -> None:
+    page = KUBERNETES / "README.md"
+    fleet = _workloads()["fleet-postgresql.yaml"]
+    env = _env(_sidecar(fleet))
+    _says(page, f"is a Deployment of {_WORDS[fleet['spec']['replicas']]} worker Pods")
+    pool = env["OPENWOP_MEMORY_POSTGRESQL_POOL_MAX_SIZE"]
+    _says(page, f"at most `OPENWOP_MEMORY_POSTGRESQL_POOL_MAX_SIZE` ({pool} here) connections")
+    connect = env["OPENWOP_MEMORY_POSTGRESQL_CONNECT_TIMEOUT"].removesuffix("s")
+    command = env["OPENWOP_MEMORY_POSTGRESQL_COMMAND_TIMEOUT"].removesuffix("s")
+    _says(page, f"Timeouts are shortened ({connect} s to connect, {command} s a statement)")
+    liveness = _health_timeout(_sidecar(fleet)["livenessProbe"])
+    _says(page, f"the liveness probe waits {_g(liveness)} s, longer than both")
+
+
+def test_the_kubernetes_page_quotes_the_resources() -> None:
+    page = KUBERNETES / "README.md"
+    defaults = DEFAULTS
+    for workload in _workloads().values():
+        sidecar = _sidecar(workload)
+        resources = sidecar["resources"]
+        for kind, key in (
+            ("requests", "memory"),
+            ("limits", "memory"),
+            ("requests", "cpu"),
+            ("limits", "cpu"),
+        ):
+            _says(page, f"| `{kind}.{key}` | {resources[kind][key]} |")
+        env = _env(sidecar)
+        keyrings = int(env["OPENWOP_MEMORY_MAX_KEYRING_MEMORY_BYTES"]) >> 20
+        default_keyrings = defaults.max_keyring_memory_bytes >> 20
+        _says(page, f"set to {keyrings} MiB here, not the {default_keyrings} MiB default")
+        line = defaults.max_request_bytes >> 20
+        unsent = defaults.max_unsent_answer_bytes >> 20
+        _says(
+            page,
+            f"{env['OPENWOP_MEMORY_MAX_CONNECTIONS']} connections (`max_connections`, one "
+            f"worker per Pod) each with a request line ({line} MiB) and {unsent} MiB of "
+            "unread answers",
+        )
+    load = inspect.signature(measure_load).parameters
+    _says(page, f"under a short mixed load ({load['clients'].default} connections")
+
+
+def test_the_kubernetes_page_quotes_the_pre_1_29_hooks() -> None:
+    page = KUBERNETES / "README.md"
+    sidecar = _sidecar(_workloads()["deployment-pre-1.29.yaml"])
+    post_start = " ".join(sidecar["lifecycle"]["postStart"]["exec"]["command"])
+    tries = re.search(r"-ge (\d+) \]", post_start)
+    assert tries is not None, post_start
+    _says(page, f"(up to {tries.group(1)} tries)")
+    pre_stop = sidecar["lifecycle"]["preStop"]["exec"]["command"]
+    _says(page, f"`preStop` hook (`{' '.join(pre_stop)}`)")
+    grace = _workloads()["deployment-pre-1.29.yaml"]["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"
+    ]
+    assert grace > int(pre_stop[-1]) + DEFAULTS.drain_timeout
+
+
+def _secrets_used(workload: dict[str, Any]) -> set[tuple[str, str | None]]:
+    """(Secret name, key) of every Secret ``workload``'s Pods use; key None for a volume."""
+    spec = workload["spec"]["template"]["spec"]
+    used: set[tuple[str, str | None]] = {
+        (v["secret"]["secretName"], None) for v in spec["volumes"] if "secret" in v
+    }
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        for variable in container.get("env", []):
+            ref = variable.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                used.add((ref["name"], ref["key"]))
+    return used
+
+
+def test_the_kubernetes_page_s_commands_name_what_the_manifests_use() -> None:
+    """The Secrets the page creates are the ones the manifests read (by name and key), the
+    objects it names exist, and the metrics port it describes is every manifest's."""
+    page = KUBERNETES / "README.md"
+    text = _prose(page.read_text())
+    created = re.findall(
+        r"kubectl create secret generic (\S+) (?:\\ )?--from-(?:literal|file)=(\w+)", text
+    )
+    assert created, "kubernetes/README.md no longer creates a Secret"
+    workloads = _workloads()
+    used = set().union(*(_secrets_used(w) for w in workloads.values()))
+    for name, key in created:
+        assert (name, key) in used or (name, None) in used, (name, key, used)
+    assert {n for n, _ in used} == {n for n, _ in created}, "a Secret the page never creates"
+    for kind, name in re.findall(r"kubectl rollout status (\w+)/([\w-]+)", text):
+        assert any(
+            w["kind"].lower() == kind and w["metadata"]["name"] == name for w in workloads.values()
+        ), (kind, name)
+    assert re.findall(r"kubectl (?:exec|logs) \S+ -c (\w+)", text) != []
+    for container in re.findall(r"kubectl (?:exec|logs) \S+ -c (\w+)", text):
+        assert container == "memory"
+    address = re.search(r"`OPENWOP_MEMORY_METRICS_ADDRESS=([\d.]+:(\d+))`", text)
+    assert address is not None
+    for workload in workloads.values():
+        sidecar = _sidecar(workload)
+        assert _env(sidecar)["OPENWOP_MEMORY_METRICS_ADDRESS"] == address.group(1)
+        assert {"name": "metrics", "containerPort": int(address.group(2))} in sidecar["ports"]
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == address.group(2)
