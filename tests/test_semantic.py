@@ -360,6 +360,24 @@ async def test_the_model_failing_to_load_leaves_keywords_only(
     assert await embedding.vector("again") is None
 
 
+@pytest.mark.backend_independent
+@pytest.mark.anyio
+async def test_forget_removes_the_vectors_and_older_snapshots_stop_finding_them(
+    store: Storage,
+) -> None:
+    """RFC 0080's forget purges the rows, vectors included: a snapshot taken before, whose
+    cache already holds the vector, no longer finds the entry by meaning."""
+    await stored(store, request(A, CELLO, tags=("subject:s1",)))
+    violin = "Plays the violin in a string quartet."
+    await stored(store, request(A, violin))
+    old = await fresh_snapshot(store, "tenant-a")
+    question = "which musical instrument"
+    assert (await searched(store, old, question, keywords=False))[0] == CELLO
+    assert await store.forget(tenant="tenant-a", tag="subject:s1", batch_size=10) == 1
+    assert CELLO not in await searched(store, old, question, keywords=False)
+    assert (await searched(store, old, question))[0] == violin
+
+
 # -- on a real sidecar ----------------------------------------------------------------------
 
 
