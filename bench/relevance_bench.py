@@ -1,10 +1,23 @@
-"""Relevance lists on one big scope, through the SQLite storage API (not part of ``make
-bench`` yet): ``.venv/bin/python bench/relevance_bench.py --entries 100000``.
+"""Relevance (``rank: "relevance"``), through the SQLite storage API in process: what ``make
+bench`` reports in its relevance rows; ``python bench/relevance_bench.py --entries 100000``
+runs it alone.
 
-Fills a scope with entries of 40 words drawn from the vocabulary of Python's reference
-documentation with a Zipf-like skew (a few words are in most entries, most words in few),
-then times ``Storage.search`` (limit 100) for queries of rare, middling and common words,
-and a token-budgeted recency list. A report, not a gate: it prints p50 and p99 in ms.
+- **Latency on a big scope.** Fills one scope with entries of 40 words drawn from the
+  vocabulary of Python's reference documentation with a Zipf-like skew (a few words are in
+  most entries, most words in few), each with its vector, then times ``Storage.search``
+  (limit 100) with the query's vector, as ``memory.list`` calls it: hybrid (keywords and
+  meaning), meaning only and keywords only, for a query of two specific words and one
+  holding a common word (the keyword side weighs every match). The first search of the
+  scope, which loads the vectors into the cache, is reported on its own.
+- **Cost per put.** CPU per put of 1 KiB entries (every thread of the process: the writer's
+  too), in three stores side by side: without the full-text index (its triggers dropped),
+  with it, and with it and the embedding (computed from the content as the service does,
+  and stored). The differences are what indexing and embedding add.
+- **Disk.** The database file of the big scope once checkpointed, scaled to 100k entries,
+  and the shares of the full-text index and of the vectors.
+- **Recall@10** on the labelled set ``bench/data/relevance_set.json`` (106 entries, 34
+  queries with their relevant entries; the first 20 share no word with what they look
+  for): keyword-only, meaning-only and hybrid.
 """
 
 from __future__ import annotations
@@ -12,18 +25,47 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import random
 import re
+import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from pydoc_data.topics import topics
 
-from openwop_memory.storage.base import PutRequest, Scope
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from openwop_memory import semantic
+from openwop_memory.logs import configure_logging
+from openwop_memory.retrieval import query_terms
+from openwop_memory.storage.base import PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.vector_cache import ROW_BYTES
 from openwop_memory.timefmt import now_us
 
+from bench.report import Metric, SuiteResult, Target
+
 SCOPE = Scope("bench", "big")
+LABELLED = Path(__file__).resolve().parent / "data" / "relevance_set.json"
+_PER_100K = 100_000
+
+
+@dataclass(frozen=True)
+class RelevanceBenchConfig:
+    entries: int = 100_000
+    samples: int = 200
+    puts: int = 2000
+
+    @classmethod
+    def quick(cls) -> RelevanceBenchConfig:
+        return cls(entries=2000, samples=30, puts=300)
 
 
 def _vocabulary() -> tuple[list[str], list[float]]:
@@ -37,7 +79,22 @@ def _ms(sorted_seconds: list[float], q: float) -> float:
     return round(sorted_seconds[index] * 1e3, 2)
 
 
-async def run(entries: int, samples: int, directory: Path) -> None:
+def _request(content: str, vector: bytes | None, scope: Scope = SCOPE) -> PutRequest:
+    digest = hashlib.sha256(content.encode()).digest()
+    return PutRequest(scope, content, (), None, None, digest, vector)
+
+
+async def _snapshot(store: SqliteStorage, run_id: str) -> Snapshot:
+    begun = await store.begin_run(
+        run_id=run_id, tenant=SCOPE.tenant, replay=False, now_us=now_us(), retention_cutoff_us=0
+    )
+    assert begun.run is not None
+    return begun.run.snapshot
+
+
+async def _latency(
+    config: RelevanceBenchConfig, embedder: semantic.Embedder, directory: Path
+) -> list[Metric]:
     words, weights = _vocabulary()
     rng = random.Random(11)
     store = SqliteStorage(str(directory / "relevance.db"))
@@ -46,60 +103,244 @@ async def run(entries: int, samples: int, directory: Path) -> None:
 
         async def put() -> None:
             content = " ".join(rng.choices(words, weights, k=40))
-            digest = hashlib.sha256(content.encode()).digest()
-            request = PutRequest(SCOPE, content, (), None, None, digest)
-            await store.put(request=request, now_us=now_us())
+            await store.put(request=_request(content, embedder.vector(content)), now_us=now_us())
 
-        began = time.monotonic()
-        for start in range(0, entries, 500):
-            await asyncio.gather(*(put() for _ in range(min(500, entries - start))))
-        print(f"loaded {entries} entries in {time.monotonic() - began:.1f} s")
-        now = now_us()
-        begun = await store.begin_run(
-            run_id="reader", tenant=SCOPE.tenant, replay=False, now_us=now, retention_cutoff_us=0
-        )
-        assert begun.run is not None
-        snapshot = begun.run.snapshot
-        queries = {
-            "2 rare words": [words[-1], words[-7]],
-            "2 middling words": [words[300], words[800]],
-            "2 common words": [words[0], words[1]],
-        }
-        for name, terms in queries.items():
-            timings = []
-            for _ in range(samples):
-                started = time.perf_counter()
-                await store.search(
-                    scope=SCOPE,
-                    snapshot=snapshot,
-                    now_us=now_us(),
-                    terms=terms,
-                    limit=100,
-                    tag=None,
-                )
-                timings.append(time.perf_counter() - started)
-            timings.sort()
-            print(f"relevance, {name}: p50 {_ms(timings, 0.5)} ms, p99 {_ms(timings, 0.99)} ms")
-        timings = []
-        for _ in range(samples):
+        for start in range(0, config.entries, 500):
+            await asyncio.gather(*(put() for _ in range(min(500, config.entries - start))))
+        snapshot = await _snapshot(store, "reader")
+
+        async def search(text: str, *, keywords: bool = True, meaning: bool = True) -> float:
+            terms, vector = query_terms(text), embedder.vector(text)
             started = time.perf_counter()
-            await store.list(
-                scope=SCOPE, snapshot=snapshot, now_us=now_us(), limit=100, tag=None, max_tokens=60
+            await store.search(
+                scope=SCOPE,
+                snapshot=snapshot,
+                now_us=now_us(),
+                terms=terms if keywords else [],
+                limit=100,
+                tag=None,
+                vector=vector if meaning else None,
             )
-            timings.append(time.perf_counter() - started)
-        timings.sort()
-        print(f"recency, max_tokens 60: p50 {_ms(timings, 0.5)} ms, p99 {_ms(timings, 0.99)} ms")
+            return time.perf_counter() - started
+
+        async def timings(text: str, **kw: bool) -> list[float]:
+            return sorted([await search(text, **kw) for _ in range(config.samples)])
+
+        # Two specific words (each stem in about 0.2 % of the entries), and two of which
+        # one is in about 9 % (stemming folds many words of the vocabulary into it).
+        specific, common = f"{words[2000]} {words[3000]}", f"{words[300]} {words[800]}"
+        first = await search(specific)
+        hybrid = await timings(specific)
+        hybrid_common = await timings(common)
+        keyword = await timings(specific, meaning=False)
+        keyword_common = await timings(common, meaning=False)
+        meaning = await timings(specific, keywords=False)
+    finally:
+        await store.close()
+    size = (directory / "relevance.db").stat().st_size  # closing checkpointed the WAL
+    with closing(sqlite3.connect(directory / "relevance.db")) as db:
+        [(fts,)] = db.execute("SELECT sum(length(block)) FROM entries_fts_data").fetchall()
+        [(vectors,)] = db.execute("SELECT sum(length(embedding)) FROM entries").fetchall()
+    scale = _PER_100K / config.entries
+    return [
+        Metric("relevance: entries in the scope searched", config.entries, "entries"),
+        Metric("relevance list(100) p50, hybrid", _ms(hybrid, 0.5), "ms", Target("<=", 5)),
+        Metric("relevance list(100) p99, hybrid", _ms(hybrid, 0.99), "ms"),
+        Metric("relevance list(100) p50, meaning only", _ms(meaning, 0.5), "ms"),
+        Metric("relevance list(100) p50, keywords only", _ms(keyword, 0.5), "ms"),
+        Metric("relevance list(100) p50, hybrid, a common word", _ms(hybrid_common, 0.5), "ms"),
+        Metric(
+            "relevance list(100) p50, keywords only, a common word",
+            _ms(keyword_common, 0.5),
+            "ms",
+        ),
+        Metric("first relevance list of the scope (loads its vectors)", first * 1e3, "ms"),
+        Metric("disk per 100k entries of 40 words (SQLite file)", size * scale / 2**20, "MiB"),
+        Metric("disk per 100k entries: full-text index", fts * scale / 2**20, "MiB"),
+        Metric("disk per 100k entries: vectors", vectors * scale / 2**20, "MiB"),
+        Metric(
+            "vector cache per 100k entries (memory)",
+            _PER_100K * ROW_BYTES / 2**20,
+            "MiB",
+        ),
+    ]
+
+
+def _kib_texts(count: int) -> list[str]:
+    words, weights = _vocabulary()
+    rng = random.Random(3)
+    texts = []
+    for _ in range(count):
+        text = ""
+        while len(text) < 1024:
+            text += rng.choices(words, weights)[0] + " "
+        texts.append(text[:1024])
+    return texts
+
+
+async def _put_cpu_us(
+    directory: Path, name: str, texts: Sequence[str], embedder: semantic.Embedder | None
+) -> float:
+    """CPU µs per put of ``texts`` (32 at a time) into a fresh store; ``name`` "plain"
+    drops the full-text triggers first."""
+    path = directory / f"{name}.db"
+    store = SqliteStorage(str(path))
+    await store.open()
+    if name == "plain":
+        with closing(sqlite3.connect(path)) as db:
+            db.execute("DROP TRIGGER entries_fts_insert")
+            db.commit()
+    try:
+        scope = Scope("bench", name)
+
+        async def put(text: str) -> None:
+            vector = None if embedder is None else embedder.vector(text)
+            await store.put(request=_request(text, vector, scope), now_us=now_us())
+
+        for text in texts[:64]:  # warm up: the statement cache, the word cache
+            await put(text)
+        started = time.process_time()
+        for start in range(64, len(texts), 32):
+            await asyncio.gather(*(put(t) for t in texts[start : start + 32]))
+        return (time.process_time() - started) / (len(texts) - 64) * 1e6
     finally:
         await store.close()
 
 
+async def _put_costs(
+    config: RelevanceBenchConfig, embedder: semantic.Embedder, directory: Path
+) -> list[Metric]:
+    texts = _kib_texts(config.puts + 64)
+    # Alternating rounds, the least of each: the machine is shared.
+    plain, indexed, embedded = [], [], []
+    for round_ in range(3):
+        plain.append(await _put_cpu_us(directory / f"p{round_}", "plain", texts, None))
+        indexed.append(await _put_cpu_us(directory / f"i{round_}", "indexed", texts, None))
+        embedded.append(await _put_cpu_us(directory / f"e{round_}", "embedded", texts, embedder))
+    vector_only = []
+    for _ in range(5):
+        started = time.process_time()
+        for text in texts:
+            embedder.vector(text)
+        vector_only.append((time.process_time() - started) / len(texts) * 1e6)
+    base = min(plain)
+    return [
+        Metric("put CPU, 1 KiB entry, no full-text index", base, "us"),
+        Metric("put CPU added by the full-text index, 1 KiB", min(indexed) - base, "us"),
+        Metric(
+            "put CPU added by the embedding (computed and stored), 1 KiB",
+            min(embedded) - min(indexed),
+            "us",
+        ),
+        Metric(
+            "put CPU added by index and embedding, 1 KiB",
+            min(embedded) - base,
+            "us",
+            Target("<=", 50),
+        ),
+        Metric("embedding alone, 1 KiB (Embedder.vector)", min(vector_only), "us"),
+    ]
+
+
+async def recall(directory: Path, embedder: semantic.Embedder) -> dict[str, float]:
+    """Recall@10 of each ranking over the labelled set (mean over queries of the share of
+    each query's relevant entries in its first 10): keys ``keyword``, ``semantic``,
+    ``hybrid``, and the same over the paraphrase queries alone (``...-paraphrase``)."""
+    data = json.loads(LABELLED.read_text())
+    store = SqliteStorage(str(directory / "labelled.db"))
+    await store.open()
+    try:
+        names = {}
+        for entry in data["entries"]:
+            content = entry["content"]
+            result = await store.put(
+                request=_request(content, embedder.vector(content)), now_us=now_us()
+            )
+            assert result.entry is not None
+            names[result.entry.id] = entry["id"]
+        snapshot = await _snapshot(store, "labelled")
+        shares: dict[str, list[float]] = {}
+        for q in data["queries"]:
+            for mode in ("keyword", "semantic", "hybrid"):
+                rows = await store.search(
+                    scope=SCOPE,
+                    snapshot=snapshot,
+                    now_us=now_us(),
+                    terms=[] if mode == "semantic" else query_terms(q["query"]),
+                    limit=10,
+                    tag=None,
+                    vector=None if mode == "keyword" else embedder.vector(q["query"]),
+                )
+                found = {names[r.id] for r in rows}
+                share = len(found & set(q["relevant"])) / len(q["relevant"])
+                shares.setdefault(mode, []).append(share)
+                if q["paraphrase"]:
+                    shares.setdefault(f"{mode}-paraphrase", []).append(share)
+    finally:
+        await store.close()
+    return {mode: sum(values) / len(values) for mode, values in shares.items()}
+
+
+_RSS_PROBE = """
+import re
+def rss():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+from openwop_memory import semantic
+from openwop_memory.logs import configure_logging
+before = rss()
+semantic.load().vector("the staging deploy failed because the disk was full")
+print((rss() - before) / 1024)
+"""
+
+
+def _model_rss_mib() -> float:
+    """What loading the model and embedding once adds to a fresh interpreter's RSS."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE], capture_output=True, text=True, timeout=120, check=True
+    )
+    return float(done.stdout.split()[-1])
+
+
+async def run(config: RelevanceBenchConfig, directory: Path) -> SuiteResult:
+    # The stores opened here log as a sidecar would: to stderr, and only what matters, so
+    # that stdout keeps the table alone.
+    configure_logging("console", "warning")
+    if not semantic.model_installed():
+        return SuiteResult(notes=["relevance: not run (the search extra is not installed)"])
+    started = time.perf_counter()
+    embedder = semantic.load()
+    load_ms = (time.perf_counter() - started) * 1e3
+    metrics = [
+        Metric("embedding model load (first put or relevance list)", load_ms, "ms"),
+        Metric(
+            "RSS added by the embedding model (numpy, tokenizer, weights)", _model_rss_mib(), "MiB"
+        ),
+    ]
+    metrics += await _latency(config, embedder, directory)
+    metrics += await _put_costs(config, embedder, directory)
+    scores = await recall(directory, embedder)
+    for mode in ("hybrid", "keyword", "semantic"):
+        metrics.append(Metric(f"recall@10, labelled set, {mode}", scores[mode], "ratio"))
+    for mode in ("hybrid", "keyword", "semantic"):
+        metrics.append(
+            Metric(f"recall@10, paraphrase queries, {mode}", scores[f"{mode}-paraphrase"], "ratio")
+        )
+    return SuiteResult(metrics=metrics)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--entries", type=int, default=20_000)
-    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--entries", type=int, default=RelevanceBenchConfig.entries)
+    parser.add_argument("--samples", type=int, default=RelevanceBenchConfig.samples)
+    parser.add_argument("--puts", type=int, default=RelevanceBenchConfig.puts)
     args = parser.parse_args()
+    config = RelevanceBenchConfig(args.entries, args.samples, args.puts)
     with tempfile.TemporaryDirectory(prefix="owm-relevance-") as directory:
-        asyncio.run(run(args.entries, args.samples, Path(directory)))
+        result = asyncio.run(run(config, Path(directory)))
+    for metric in result.metrics:
+        print(f"{metric.name}: {metric.value:.3f} {metric.unit}")
+    for note in result.notes:
+        print(note)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ from bench.postgresql_bench import run as run_postgresql
 from bench.proc import ServerFailed
 from bench.redaction_bench import RedactionBenchConfig
 from bench.redaction_bench import run as run_redaction
+from bench.relevance_bench import RelevanceBenchConfig
+from bench.relevance_bench import run as run_relevance
 from bench.report import Metric, SuiteResult, format_runs
 from bench.sidecar_bench import SidecarBenchConfig
 from bench.sidecar_bench import run as run_sidecar
@@ -108,6 +110,13 @@ async def redaction_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_redaction(config)
 
 
+async def relevance_suite(options: Options, workdir: Path) -> SuiteResult:
+    """Relevance through the SQLite storage API, in process: a scope of 100k entries (2,000
+    with --quick), the cost per put, disk, and recall on the labelled set."""
+    config = RelevanceBenchConfig.quick() if options.quick else RelevanceBenchConfig()
+    return await run_relevance(config, workdir)
+
+
 async def metrics_suite(options: Options, workdir: Path) -> SuiteResult:
     """Counting and timing a request, in process (no files either)."""
     return await run_metrics(options.quick)
@@ -118,6 +127,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
     ("postgresql", postgresql_suite),
     ("redaction", redaction_suite),
+    ("relevance", relevance_suite),
     ("metrics", metrics_suite),
 ]
 

@@ -84,6 +84,34 @@ POSTGRESQL_ONLY = [
     "list(100) p50 on the big table",
     "list(100) p99 on the big table",
 ]
+# In the table of its own, with the redactor's (the search extra is installed for tests).
+RELEVANCE = [
+    "embedding model load (first put or relevance list)",
+    "RSS added by the embedding model (numpy, tokenizer, weights)",
+    "relevance: entries in the scope searched",
+    "relevance list(100) p50, hybrid",
+    "relevance list(100) p99, hybrid",
+    "relevance list(100) p50, meaning only",
+    "relevance list(100) p50, keywords only",
+    "relevance list(100) p50, hybrid, a common word",
+    "relevance list(100) p50, keywords only, a common word",
+    "first relevance list of the scope (loads its vectors)",
+    "disk per 100k entries of 40 words (SQLite file)",
+    "disk per 100k entries: full-text index",
+    "disk per 100k entries: vectors",
+    "vector cache per 100k entries (memory)",
+    "put CPU, 1 KiB entry, no full-text index",
+    "put CPU added by the full-text index, 1 KiB",
+    "put CPU added by the embedding (computed and stored), 1 KiB",
+    "put CPU added by index and embedding, 1 KiB",
+    "embedding alone, 1 KiB (Embedder.vector)",
+    "recall@10, labelled set, hybrid",
+    "recall@10, labelled set, keyword",
+    "recall@10, labelled set, semantic",
+    "recall@10, paraphrase queries, hybrid",
+    "recall@10, paraphrase queries, keyword",
+    "recall@10, paraphrase queries, semantic",
+]
 # Correctness rows, not speed: these must pass on any machine.
 MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidecar error log lines"]
 
@@ -100,9 +128,12 @@ def test_quick_bench_prints_every_metric() -> None:
     assert lines[0].split() == ["metric", "sqlite", "postgresql", "unit", "target", "pass/fail"]
     table_rows = {line.split("  ")[0] for line in lines[2:] if "  " in line}
     results = {(m["metric"], m["column"]): m for m in json.loads(lines[-1])["metrics"]}
-    expected = [(name, column) for name in METRICS for column in ("sqlite", "postgresql")]
+    expected: list[tuple[str, str | None]] = [
+        (name, column) for name in METRICS for column in ("sqlite", "postgresql")
+    ]
     expected += [(name, "postgresql") for name in POSTGRESQL_ONLY]
     expected += [(name, "sqlite") for name in SQLITE_ONLY]
+    expected += [(name, None) for name in RELEVANCE]
     for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
         assert (name, column) in results, f"no JSON result {name!r} for {column}"
@@ -113,6 +144,10 @@ def test_quick_bench_prints_every_metric() -> None:
             assert result["pass"] is True, f"{name} ({column}): {result}\n{proc.stdout}"
     assert results["entries loaded into one scope", "sqlite"]["value"] == ENTRIES
     assert results["entries loaded into one scope", "postgresql"]["value"] == ENTRIES
+    assert results["relevance: entries in the scope searched", None]["value"] == 2000
+    # Meaning finds what keywords cannot: the paraphrase queries share no word.
+    assert results["recall@10, paraphrase queries, keyword", None]["value"] == 0
+    assert results["recall@10, paraphrase queries, hybrid", None]["value"] > 0.5
     # Every forced checkpoint ran while gets were being answered.
     assert results["gets during the forced checkpoints", "sqlite"]["value"] >= 2
 

@@ -37,6 +37,11 @@ NOT_AT_STARTUP = [
     "openwop_memory_client._sync_client",
     "openwop_memory_client._convert",
     "anyio.from_thread",
+    # The search extra's model loads on the first put or relevance search, not at start.
+    "numpy",
+    "tokenizers",
+    "safetensors",
+    "openwop_memory.storage.vector_cache",
 ]
 
 

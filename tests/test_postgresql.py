@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from openwop_memory.storage import postgresql_schema
 from support.backends import BACKENDS, POSTGRES, Backend
 from support.polling import wait_for
 from support.postgres import PgBouncer, PostgresServer
@@ -244,7 +245,7 @@ def test_ten_sidecars_starting_at_once_migrate_once(workdir: Path) -> None:
             proc.wait(20)
             log.close()
     rows = POSTGRES.psql(workdir / "empty", "SELECT version FROM openwop_schema_migrations")
-    assert rows.split() == ["1", "2"]
+    assert rows.split() == [str(version) for version, _ in postgresql_schema.MIGRATIONS]
     assert all(proc.returncode == 0 for proc, _ in procs)
 
 

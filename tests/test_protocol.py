@@ -66,7 +66,15 @@ def test_capabilities_shape(client: RawClient) -> None:
                     "tokenCounter": "openwop-memory-estimate-1",
                     "approximates": "cl100k_base",
                 },
-                "search": {"supported": True, "modes": ["filter"]},
+                # The test environment has the search extra (tests/test_semantic.py
+                # checks the answer without it).
+                "search": {"supported": True, "modes": ["semantic", "filter"]},
+                "vendor.openwop-memory.relevance": {
+                    "keyword": True,
+                    "semantic": True,
+                    "embeddingModel": "wordllama-l2_supercat-64",
+                    "fusion": "reciprocal-rank-60",
+                },
                 # No admin socket here, so nothing can forget (see test_admin).
                 "retention": {"ttl": True, "forget": False},
             },

@@ -62,7 +62,7 @@ def test_health_shows_the_storage_record_as_before(rpc: RawClient) -> None:
     }
     assert storage["problems"] == []
     assert storage["backend"] == "sqlite" and storage["journalMode"] == "wal"
-    assert storage["synchronous"] == "NORMAL" and storage["schemaVersion"] == 2
+    assert storage["synchronous"] == "NORMAL" and storage["schemaVersion"] == 3
     before = storage["commitSeq"]
     rpc.call("run.begin", runId="r", tenant="t")
     assert rpc.call("sidecar.health")["storage"]["commitSeq"] > before

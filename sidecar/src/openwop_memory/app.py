@@ -19,6 +19,7 @@ import anyio.to_thread
 
 from .config import Settings
 from .errors import StartupError
+from .service.embedding import EmbeddingModel
 from .service.inspector import Inspector
 from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
@@ -106,6 +107,7 @@ async def open_app(settings: Settings) -> App:
         ),
         host_secrets=secrets_directory,
         stats=stats,
+        embedding=EmbeddingModel(enabled=settings.semantic_search),
     )
     dispatcher = Dispatcher(
         service,

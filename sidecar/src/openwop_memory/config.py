@@ -244,6 +244,11 @@ class Settings(BaseModel):
     max_open_runs: int = Field(
         10_000, ge=1, description="runs begun and not ended at once; more is rate_limited"
     )
+    semantic_search: bool = Field(
+        True,
+        description="with the search extra installed, embed every put and rank relevance by "
+        "meaning as well as keywords; false: keywords only, and no semantic search mode",
+    )
     max_run_secret_bytes: int = Field(
         16 << 10,
         ge=8,

@@ -10,6 +10,7 @@ put may store in ``put_policy.py``, which keyring it redacts with in ``keyring_c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
 from ..retrieval import APPROXIMATED_TOKENIZER, TOKEN_COUNTER, query_terms
+from ..semantic import MODEL, RRF_K
 from ..storage.base import (
     BeginOutcome,
     BeginResult,
@@ -51,6 +53,7 @@ from ..storage.base import (
     SweepCounts,
 )
 from ..timefmt import format_us, parse_rfc3339
+from .embedding import EmbeddingModel
 from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
 from .metrics import render as render_metrics
@@ -74,6 +77,10 @@ class ServiceConfig:
     # Whether an operator can reach forget (it is served on the admin socket only).
     forget: bool = False
 
+
+# How ``rank: "relevance"`` is computed here (an extension key beside ``search``, whose
+# schema allows only ``supported`` and ``modes``).
+VENDOR_RELEVANCE = "vendor.openwop-memory.relevance"
 
 # No entry can count this many tokens (entries are capped far below it); it also fits a
 # signed 32-bit column.
@@ -180,8 +187,10 @@ class MemoryService:
         config: ServiceConfig,
         host_secrets: HostSecrets | None = None,
         stats: Stats | None = None,
+        embedding: EmbeddingModel | None = None,
     ) -> None:
         self.stats = Stats() if stats is None else stats
+        self._embedding = EmbeddingModel() if embedding is None else embedding
         self._storage = storage
         self._refs = refs
         self._config = config
@@ -203,6 +212,11 @@ class MemoryService:
     # -- host ----------------------------------------------------------------------------
 
     def capabilities(self) -> dict[str, Any]:
+        semantic = self._embedding.installed
+        modes = ["semantic", "filter"] if semantic else ["filter"]
+        relevance: dict[str, Any] = {"keyword": True, "semantic": semantic}
+        if semantic:
+            relevance |= {"embeddingModel": MODEL, "fusion": f"reciprocal-rank-{RRF_K}"}
         return {
             "capabilities": {
                 # Redaction cannot be switched off, so long-term is always advertised (§D).
@@ -219,9 +233,12 @@ class MemoryService:
                         "approximates": APPROXIMATED_TOKENIZER,
                     },
                     # RFC 0080: queries beyond list: "filter" (the vendor filter of
-                    # memory.list options); rank "relevance" is keyword-ranked, so
-                    # "semantic", which claims embeddings, is not named.
-                    "search": {"supported": True, "modes": ["filter"]},
+                    # memory.list options), and "semantic" when the embedding model of the
+                    # search extra is installed: rank "relevance" then fuses keywords and
+                    # meaning; without it, relevance is keyword-only and "semantic" is not
+                    # claimed.
+                    "search": {"supported": True, "modes": modes},
+                    VENDOR_RELEVANCE: relevance,
                     # RFC 0080: expiry, and forget by subject when an admin socket serves it.
                     "retention": {"ttl": True, "forget": self._config.forget},
                 },
@@ -395,6 +412,7 @@ class MemoryService:
         where = None if options.vendor_filter is None else _list_filter(options.vendor_filter)
         if relevance:
             assert options.query is not None
+            vector = await self._embedding.vector(options.query)
             rows = await self._storage.search(
                 scope=scope,
                 snapshot=run.snapshot,
@@ -404,6 +422,7 @@ class MemoryService:
                 tag=options.tag,
                 max_tokens=max_tokens,
                 where=where,
+                vector=vector,
             )
         else:
             rows = await self._storage.list(
@@ -472,6 +491,10 @@ class MemoryService:
         with self._runs.using(handle):
             keyring = await self._keyrings.for_run(handle)
             request = await policy.redacted_request(keyring, scope, params, expires_us)
+        # From the redacted content only: no secret can reach the vector.
+        vector = await self._embedding.vector(request.content)
+        if vector is not None:
+            request = dataclasses.replace(request, vector=vector)
         storage = self._storage
         result = await storage.put(request=request, now_us=storage.clock_us())
         if result.outcome is PutOutcome.KEY_CONFLICT:

@@ -147,7 +147,10 @@ def classify_run(
 
 @dataclass(frozen=True, slots=True)
 class PutRequest:
-    """A redacted, validated entry to store; ``digest`` covers the redacted entry only."""
+    """A redacted, validated entry to store; ``digest`` covers the redacted entry only.
+    ``vector`` is the embedding of the redacted content
+    (:meth:`~openwop_memory.semantic.Embedder.vector`), stored in the entry's own row so
+    that whatever removes the row removes it too; ``None`` without the embedding model."""
 
     scope: Scope
     content: str
@@ -155,6 +158,7 @@ class PutRequest:
     expires_us: int | None
     idempotency_key: str | None
     digest: bytes
+    vector: bytes | None = None
 
 
 class PutOutcome(enum.Enum):
@@ -329,18 +333,29 @@ class Storage(Protocol):
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        vector: bytes | None = None,
     ) -> list[EntryRow]:
         """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag,
-        token and ``where`` rules) that match at least one of ``terms`` in the backend's full-text
-        index, most relevant first; ``[]`` for no terms.
+        token and ``where`` rules), most relevant first: without ``vector``, those matching at
+        least one of ``terms`` in the backend's full-text index (``[]`` for no terms); with
+        it, the fusion of that keyword list and the nearest entries by meaning.
 
-        A term (see :func:`~openwop_memory.retrieval.query_terms`) matches an entry whose
-        content holds the word, as the backend's engine stems it. An entry's relevance is
-        the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) / (n + 0.5))``
-        (BM25's inverse document frequency) rounded to 9 decimals, where ``N`` is the
-        number of visible entries of the scope matching any term and ``n`` the number
+        **Keyword rank.** A term (see :func:`~openwop_memory.retrieval.query_terms`) matches
+        an entry whose content holds the word, as the backend's engine stems it. An entry's
+        keyword relevance is the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) /
+        (n + 0.5))`` (BM25's inverse document frequency) rounded to 9 decimals, where ``N``
+        is the number of visible entries of the scope matching any term and ``n`` the number
         matching this one, counted after ``tag`` and ``where`` but before ``max_tokens``
         apply; ties newest first.
+
+        **With ``vector``** (the query's embedding, :mod:`~openwop_memory.semantic`): the
+        keyword list's first ``limit`` entries and the ``limit`` entries with a stored
+        vector nearest to ``vector`` (cosine of the stored integers, exact, at least
+        :data:`~openwop_memory.semantic.MIN_COSINE`; ties newest first), among the same
+        entries, are fused by reciprocal rank
+        (:func:`~openwop_memory.semantic.fuse`): the result's first ``limit``. An entry stored
+        without a vector takes part through its keywords only.
+
         Nothing outside the snapshot weighs in, so the same snapshot and query give the
         same order for as long as no entry expires.
         """

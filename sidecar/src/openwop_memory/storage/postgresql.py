@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import anyio
 import asyncpg
@@ -67,6 +67,9 @@ from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .scope_cache import ScopeCache
 
+if TYPE_CHECKING:
+    from .vector_cache import VectorCache
+
 T = TypeVar("T")
 Effects = list[Callable[[], None]]
 Conn: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"  # generic in the stubs only
@@ -96,7 +99,8 @@ _UNPINNED = (
 # its full-text vector included, is decided here once.
 _INSERT_ENTRY = (
     "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us,"
-    f" tokens, search) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, to_tsvector('{SEARCH_CONFIG}', $9))"
+    f" tokens, search, embedding) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
+    f" to_tsvector('{SEARCH_CONFIG}', $9), $10)"
 )
 _INSERT_TAGS = (
     "INSERT INTO entry_tags (scope_pk, tag, seq) SELECT $1, tag, $3 FROM unnest($2::text[]) AS tag"
@@ -166,6 +170,16 @@ class PostgresqlStorage:
         self._closed = False
         self._write_error: str | None = None  # the reason, while the latest write failed
         self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
+        self._vectors_cache: VectorCache | None = None
+
+    @property
+    def _vectors(self) -> VectorCache:
+        """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
+        if self._vectors_cache is None:
+            from .vector_cache import VectorCache
+
+            self._vectors_cache = VectorCache()
+        return self._vectors_cache
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -478,6 +492,7 @@ class PostgresqlStorage:
                 row.expires_us,
                 tokens,
                 searchable,
+                request.vector,
             )
             if request.tags:
                 await conn.execute(_INSERT_TAGS, scope_pk, list(request.tags), seq)
@@ -537,7 +552,61 @@ class PostgresqlStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        vector: bytes | None = None,
     ) -> list[EntryRow]:
+        if vector is None:
+            keyword = await self._keyword_search(
+                scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+            )
+            return [row for _, row in keyword]
+        # Imported here: numpy comes with the search extra, which a vector implies.
+        from ..semantic import fuse
+
+        keyword = []
+        nearest: list[int] = []
+        found: dict[int, EntryRow] = {}  # the rows the checks kept
+
+        async def by_keywords() -> None:
+            keyword.extend(
+                await self._keyword_search(
+                    scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+                )
+            )
+
+        async def by_meaning() -> None:
+            nearest.extend(
+                await self._vectors.nearest(
+                    scope,
+                    snapshot_seq=cast(int, snapshot),
+                    now_us=now_us,
+                    vector=vector,
+                    count=limit,
+                    load_after=lambda after: self._vectors_after(scope, after),
+                    check=lambda seqs: self._check(
+                        scope, snapshot, now_us, seqs, tag, max_tokens, where, found
+                    ),
+                )
+            )
+
+        from .vector_cache import side_by_side
+
+        await side_by_side(by_keywords, by_meaning)  # on two connections of the pool
+        order = fuse([seq for seq, _ in keyword], nearest)[:limit]
+        found.update(keyword)
+        return [found[s] for s in order]
+
+    async def _keyword_search(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        terms: Sequence[str],
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None,
+        where: ListFilter | None,
+    ) -> list[tuple[int, EntryRow]]:
+        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
         if not terms:
             return []
         # plainto_tsquery reads each term as plain words (no query syntax); a stop word
@@ -557,12 +626,53 @@ class PostgresqlStorage:
             " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
             " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
             " ON df.term = v.term GROUP BY v.seq)"
-            f" SELECT {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
             f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
         )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        return [_row(r) for r in rows]
+        return [(r[0], _row(tuple(r)[1:])) for r in rows]
+
+    async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
+        """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
+        return await self._read(
+            lambda conn: conn.fetch(
+                "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
+                f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > $3"
+                " AND e.embedding IS NOT NULL ORDER BY e.seq",
+                scope.tenant,
+                scope.key,
+                after,
+            )
+        )
+
+    async def _check(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        seqs: list[int],
+        tag: str | None,
+        max_tokens: int | None,
+        where: ListFilter | None,
+        found: dict[int, EntryRow],
+    ) -> tuple[set[int], set[int]]:
+        """Of ``seqs``: those a search of the snapshot keeps (their rows added to ``found``),
+        and those still stored."""
+        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, seqs]
+        args += [max_tokens, tag]
+        conditions = _where_sql(where, args)
+        sql = (
+            f"SELECT e.seq, {_VISIBLE} AND ($6::integer IS NULL OR e.tokens <= $6)"
+            " AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM entry_tags t"
+            f" WHERE t.scope_pk = e.scope_pk AND t.tag = $7 AND t.seq = e.seq)){conditions},"
+            f" {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
+            " AND e.seq = ANY($5::bigint[])"
+        )
+        rows = await self._read(lambda conn: conn.fetch(sql, *args))
+        kept = {r[0] for r in rows if r[1]}
+        found.update((r[0], _row(tuple(r)[2:])) for r in rows if r[1])
+        return kept, {r[0] for r in rows}
 
     async def list(
         self,
@@ -837,6 +947,7 @@ class PostgresqlStorage:
                         row.expires_us,
                         tokens,
                         row.content.replace("\x00", " "),
+                        None,  # an imported entry has no vector: it ranks by keywords
                     )
                     if row.tags:
                         await conn.execute(_INSERT_TAGS, scope_pk, list(row.tags), seq)

@@ -23,6 +23,12 @@ and ``entries.search``, the ``tsvector`` of the content (``english`` configurati
 stemmed, stop words dropped) under a GIN index. The put computes it in the statement that
 inserts the entry, from the redacted content it stores, with U+0000 (which ``text``
 cannot hold) read as a space; it holds lexemes only, never the text itself.
+
+Version 3 adds ``entries.embedding`` (``bytea``): the entry's vector (see
+:mod:`openwop_memory.semantic`), computed from the redacted content at its put when the
+embedding model is installed, else NULL (older entries stay NULL and rank by keywords
+only). It is part of the entry's row: whatever deletes the row deletes it. No extension
+is needed: the similarity is computed by the sidecar.
 """
 
 from __future__ import annotations
@@ -145,6 +151,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "CREATE INDEX entries_search ON entries USING gin (search)",
         ],
     ),
+    (3, ["ALTER TABLE entries ADD COLUMN embedding bytea"]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -32,7 +32,7 @@ import secrets
 import sqlite3
 import stat
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import aiosqlite
 import anyio
@@ -81,6 +81,9 @@ from .sqlite_writer import (
     OpFn,
     Txn,
 )
+
+if TYPE_CHECKING:
+    from .vector_cache import VectorCache
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -210,6 +213,16 @@ class SqliteStorage:
         # lock ends in an error after busy_timeout, so nothing legitimate takes much longer.
         self.stuck_after = busy_timeout_ms / 1000 + 10 if stuck_after is None else stuck_after
         self._schema_version = 0
+        self._vectors_cache: VectorCache | None = None
+
+    @property
+    def _vectors(self) -> VectorCache:
+        """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
+        if self._vectors_cache is None:
+            from .vector_cache import VectorCache
+
+            self._vectors_cache = VectorCache()
+        return self._vectors_cache
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -535,6 +548,7 @@ class SqliteStorage:
                     created_us,
                     row.expires_us,
                     tokens,
+                    request.vector,
                 )
             )
             txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
@@ -612,7 +626,61 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        vector: bytes | None = None,
     ) -> list[EntryRow]:
+        if vector is None:
+            keyword = await self._keyword_search(
+                scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+            )
+            return [row for _, row in keyword]
+        # Imported here: numpy comes with the search extra, which a vector implies.
+        from ..semantic import fuse
+
+        keyword = []
+        nearest: list[int] = []
+        found: dict[int, EntryRow] = {}  # the rows the checks kept
+
+        async def by_keywords() -> None:
+            keyword.extend(
+                await self._keyword_search(
+                    scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+                )
+            )
+
+        async def by_meaning() -> None:
+            nearest.extend(
+                await self._vectors.nearest(
+                    scope,
+                    snapshot_seq=cast(int, snapshot),
+                    now_us=now_us,
+                    vector=vector,
+                    count=limit,
+                    load_after=lambda after: self._vectors_after(scope, after),
+                    check=lambda seqs: self._check(
+                        scope, snapshot, now_us, seqs, tag, max_tokens, where, found
+                    ),
+                )
+            )
+
+        from .vector_cache import side_by_side
+
+        await side_by_side(by_keywords, by_meaning)  # on two connections of the pool
+        order = fuse([seq for seq, _ in keyword], nearest)[:limit]
+        found.update(keyword)
+        return [found[s] for s in order]
+
+    async def _keyword_search(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        terms: Sequence[str],
+        limit: int,
+        tag: str | None,
+        max_tokens: int | None,
+        where: ListFilter | None,
+    ) -> list[tuple[int, EntryRow]]:
+        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
         if not terms:
             return []
         params: dict[str, Any] = {
@@ -641,13 +709,61 @@ class SqliteStorage:
             " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
             f" AND t.seq = e.seq)){_where_sql(where, params)}),"
             f" {_SCORES}"
-            f" SELECT {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
             " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
         )
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
-        return [_row(r) for r in rows]
+        return [(r[0], _row(r[1:])) for r in rows]
+
+    async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
+        """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
+        with translate_errors():
+            return await _fetch(
+                self._reader(),
+                "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
+                f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > :after"
+                " AND e.embedding IS NOT NULL ORDER BY e.seq",
+                {"tenant": scope.tenant, "key": scope.key, "after": after},
+            )
+
+    async def _check(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        seqs: list[int],
+        tag: str | None,
+        max_tokens: int | None,
+        where: ListFilter | None,
+        found: dict[int, EntryRow],
+    ) -> tuple[set[int], set[int]]:
+        """Of ``seqs``: those a search of the snapshot keeps (their rows added to ``found``),
+        and those still stored."""
+        params: dict[str, Any] = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": cast(int, snapshot),
+            "now": now_us,
+            "tag": tag,
+            "max_tokens": max_tokens,
+            "seqs": orjson.dumps(seqs).decode(),
+        }
+        conditions = _where_sql(where, params)
+        sql = (
+            f"SELECT e.seq, {_VISIBLE}"
+            " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
+            " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
+            f" AND t.seq = e.seq)){conditions}, {_ENTRY_COLUMNS}"
+            " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
+            f" AND e.scope_pk = {_SCOPE_PK}"
+        )
+        with translate_errors():
+            rows = await _fetch(self._reader(), sql, params)
+        kept = {r[0] for r in rows if r[1]}
+        found.update((r[0], _row(r[2:])) for r in rows if r[1])
+        return kept, {r[0] for r in rows}
 
     async def list(
         self,

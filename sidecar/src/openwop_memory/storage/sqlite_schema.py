@@ -13,6 +13,12 @@ and ``entries_fts``, an FTS5 index of the content. The index is *external conten
 keeps terms and positions, never a copy of the text, and triggers keep it in the same
 transaction as every insert and delete of an entry (content never changes). It indexes
 exactly what ``entries`` stores, which is redacted content only.
+
+Version 3 adds ``entries.embedding``: the entry's vector (see :mod:`openwop_memory.semantic`),
+computed from the redacted content at its put when the embedding model is installed, else
+NULL (entries written before stay NULL and rank by keywords only). It lives in the entry's
+row, so a delete, sweep or purge of the row removes it, overwritten as ``secure_delete``
+overwrites the rest of the row.
 """
 
 from __future__ import annotations
@@ -116,6 +122,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "INSERT INTO entries_fts (entries_fts) VALUES ('rebuild')",
         ],
     ),
+    (3, ["ALTER TABLE entries ADD COLUMN embedding BLOB"]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -117,6 +117,7 @@ class EntryInsert(NamedTuple):
     created_us: int
     expires_us: int | None
     tokens: int
+    embedding: bytes | None = None
 
 
 class KeyInsert(NamedTuple):
@@ -165,8 +166,8 @@ class Txn:
 OpFn = Callable[[Txn], Any]  # runs inside the transaction, on the loop or the writer thread
 
 _INSERT_ENTRIES = (
-    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us, tokens)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us, tokens,"
+    " embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_TAGS = "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)"
 _INSERT_KEYS = (

@@ -1,0 +1,245 @@
+"""Meaning for relevance: the embedding model of the ``search`` extra, the vectors it gives,
+and how they are compared. Nothing here touches a database; the backends and the service
+use it.
+
+**The model** is WordLlama's ``l2_supercat``, whose weights (a 32,000 x 256 float16 table,
+one row per token of Llama 2's tokenizer) and tokenizer ship inside the ``wordllama``
+wheel, truncated to its first :data:`DIMENSIONS` dimensions (WordLlama is trained so that
+a prefix of its dimensions is an embedding too: its own ``trunc_dim=64``). An embedding is
+the mean of the rows of its tokens, as WordLlama's own ``embed`` computes it: a static
+model, cheap on CPU, with nothing downloaded at run time.
+The files are read from the installed package (its loader would look for the tokenizer
+under ``tokenizer/`` while the wheel ships ``tokenizers/``, and fetch it from the network);
+the package's own modules are never imported (their import configures the root logger).
+
+The text is embedded as its words, split on whitespace: each word is tokenized once (a
+cache keeps the token ids of recent words), which is what makes a put cheap. For text
+whose words are separated by single spaces this is exactly WordLlama's embedding of it
+(``tests/test_semantic.py`` checks it); a run of whitespace counts as one space.
+
+**Vectors** are stored as :data:`VECTOR_BYTES` signed bytes: the unit vector scaled so
+that its largest component is 127, then rounded. Similarity is the cosine of two such
+vectors, computed from integers so that it is exact: each product is at most 127², so a
+dot product of 64 (or even 256) of them stays below 2²⁴ and float32 arithmetic (what the
+matrix multiply uses) holds it exactly in any order of summation. The same query and the
+same vectors therefore give the same scores, on any machine and after any restart.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# One BLAS thread: a matrix-vector product over a scope is memory-bound, and OpenBLAS's own
+# threads, contending with the sidecar's for few cores, made it up to 50 times slower here.
+# OpenBLAS reads this when numpy is first imported, which in the sidecar is after this
+# module (numpy is imported by load() and the vector cache only); a process that imported
+# numpy before keeps its own setting.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+if TYPE_CHECKING:  # numpy comes with the extra; this module imports it only when loading
+    import numpy as np
+    import numpy.typing as npt
+
+MODEL = "wordllama-l2_supercat-64"
+"""The name capabilities give the embedding model (``embeddingModel``)."""
+
+DIMENSIONS = 64
+"""How many of the model's 256 dimensions are kept. 64 rather than 256: a scope's matrix is
+a quarter of the size (27 MiB for 100,000 entries, which stays in this machine's CPU
+cache) and its product with a query about 8 times faster; a put's embedding gathers a
+quarter of the floats; the vector is 64 bytes on disk. The labelled set's recall@10 is no
+lower at 64 (``make bench``; the README), though WordLlama's own retrieval scores (MTEB
+CQADupStack: 18.7 at 64, 24.2 at 256) are. Changing it changes every vector: entries
+stored with another length are left out of the ranking by meaning."""
+VECTOR_BYTES = DIMENSIONS  # one signed byte a dimension
+RANK_DIMENSIONS = DIMENSIONS
+
+_PACKAGE = "wordllama"
+_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
+_TENSOR = "embedding.weight"
+# Distinct words whose token ids are kept; the cache is emptied when it is full (a put's
+# words are looked up again at the cost of one tokenizer call each).
+_WORD_CACHE = 200_000
+
+
+class ModelUnavailableError(Exception):
+    """The ``search`` extra is not installed, or its files cannot be read (the message says
+    which, without content)."""
+
+
+def _package_files() -> tuple[Path, Path]:
+    """The weights and tokenizer files inside the installed ``wordllama`` package, found
+    without importing it.
+
+    :raises ModelUnavailableError: the package, or one of its files, is missing.
+    """
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailableError("the search extra is not installed (no wordllama package)")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    files = (root.joinpath(*_WEIGHTS), root.joinpath(*_TOKENIZER))
+    for path in files:
+        if not path.is_file():
+            raise ModelUnavailableError(f"the wordllama package has no {path.name}")
+    return files
+
+
+def model_installed() -> bool:
+    """Whether the extra's packages and the model's files are present (cheap: nothing is
+    loaded)."""
+    try:
+        _package_files()
+    except ModelUnavailableError:
+        return False
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("numpy", "tokenizers", "safetensors")
+    )
+
+
+class Embedder:
+    """The loaded model. Thread-safe: puts may embed on worker threads."""
+
+    def __init__(self, tokenizer: Any, weights: npt.NDArray[np.float32]) -> None:
+        self._tokenizer = tokenizer
+        self._weights = weights
+        self._word_ids: dict[str, list[int]] = {}
+        self._lock = threading.Lock()
+
+    def _ids(self, word: str) -> list[int]:
+        ids = self._word_ids.get(word)
+        if ids is None:
+            ids = self._tokenizer.encode(word, add_special_tokens=False).ids
+            with self._lock:
+                if len(self._word_ids) >= _WORD_CACHE:
+                    self._word_ids.clear()
+                self._word_ids[word] = ids
+        return ids
+
+    def unit(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The unit embedding of ``text`` (float32, :data:`DIMENSIONS`); ``None`` for text
+        without a word."""
+        import numpy as np
+
+        ids = list(chain.from_iterable(map(self._ids, text.split())))
+        if not ids:
+            return None
+        total = np.take(self._weights, ids, axis=0).sum(axis=0, dtype=np.float32)
+        norm = float(np.sqrt(np.dot(total, total)))
+        if norm == 0.0:
+            return None
+        result: npt.NDArray[np.float32] = total / np.float32(norm)
+        return result
+
+    def vector(self, text: str) -> bytes | None:
+        """The stored form of ``text``'s embedding (:data:`VECTOR_BYTES` signed bytes, see
+        the module's docstring); ``None`` for text without a word."""
+        unit = self.unit(text)
+        if unit is None:
+            return None
+        return quantize(unit)
+
+
+def quantize(unit: npt.NDArray[np.float32]) -> bytes:
+    """A unit vector as signed bytes, its largest component scaled to 127."""
+    import numpy as np
+
+    scale = np.float32(127.0) / np.abs(unit).max()
+    return bytes(np.rint(unit * scale).astype(np.int8).tobytes())
+
+
+def load() -> Embedder:
+    """Load the model from the installed package's files (no network, no cache directory).
+
+    :raises ModelUnavailableError: the extra is missing or its files cannot be read.
+    """
+    weights_path, tokenizer_path = _package_files()
+    try:
+        import numpy as np
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise ModelUnavailableError(f"the search extra is incomplete: {exc.name}") from None
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        table = load_file(str(weights_path))[_TENSOR]
+    except Exception as exc:  # noqa: BLE001 - any unreadable file means the same thing here
+        raise ModelUnavailableError(f"cannot read the model: {type(exc).__name__}") from None
+    if len(table.shape) != 2 or table.shape[1] < DIMENSIONS:
+        raise ModelUnavailableError(f"unexpected weights shape {table.shape}")
+    return Embedder(tokenizer, np.ascontiguousarray(table[:, :DIMENSIONS], dtype=np.float32))
+
+
+def query_threshold(query: npt.NDArray[np.float32]) -> float:
+    """The least :func:`similarities` score of an entry near ``query`` by meaning
+    (:data:`MIN_COSINE` times ``|query|``)."""
+    import numpy as np
+
+    return MIN_COSINE * float(np.sqrt(float(np.dot(query, query))))
+
+
+def query_vector(vector: bytes) -> npt.NDArray[np.float32]:
+    """A stored vector's first :data:`RANK_DIMENSIONS` components, as the float32 integers
+    a similarity is computed with."""
+    import numpy as np
+
+    return np.frombuffer(vector, dtype=np.int8)[:RANK_DIMENSIONS].astype(np.float32)
+
+
+def similarities(
+    matrix: npt.NDArray[np.float32], norms: npt.NDArray[np.float64], query: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float64]:
+    """Each row's cosine with ``query`` times ``|query|`` (a constant for one query, so the
+    order is the cosine's): ``matrix`` holds stored vectors as float32 integers (see
+    :func:`query_vector`), ``norms`` their lengths. Exact: see the module's docstring."""
+    import numpy as np
+
+    dots = matrix @ query  # integers below 2**24: exact in float32
+    result: npt.NDArray[np.float64] = dots.astype(np.float64) / norms
+    return result
+
+
+def norms_of(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    """The length of each row of ``matrix`` (integers), from its exact sum of squares."""
+    import numpy as np
+
+    squares = np.einsum("ij,ij->i", matrix, matrix)  # integers below 2**24: exact
+    result: npt.NDArray[np.float64] = np.sqrt(squares.astype(np.float64))
+    # An all-zero row cannot come from quantize (its largest component is 127).
+    result[result == 0.0] = 1.0
+    return result
+
+
+MIN_COSINE = 0.1
+"""Entries less similar than this to the query (cosine of the stored integers) are not
+among its nearest by meaning, so that a query is not answered with the whole scope: on
+the labelled set about three in four unrelated pairs score below it, and raising it to 0.2
+already lowers recall@10 (0.894 to 0.865). A static model is no judge of relatedness, so
+an unrelated query can still find a few entries."""
+
+RRF_K = 60
+"""Reciprocal rank fusion's constant: an entry at rank r (1-based) of a list scores
+1 / (RRF_K + r) from it."""
+
+
+def fuse(keyword: Sequence[int], semantic: Sequence[int]) -> list[int]:
+    """Reciprocal rank fusion of two ranked lists of entry keys (larger key = newer): every
+    key of either list, by the sum of ``1 / (RRF_K + rank)`` over the lists it is in, ties
+    by the larger key first.
+
+    The sums are of at most two terms, each computed the same way every time, so the same
+    lists always give the same order; two sums that differ at all differ by far more than
+    float64 rounding for lists of any length a list answer can have.
+    """
+    scores: dict[int, float] = {}
+    for ranked in (keyword, semantic):
+        for rank, key in enumerate(ranked, start=RRF_K + 1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / rank
+    return sorted(scores, key=lambda key: (-scores[key], -key))

@@ -1,0 +1,232 @@
+"""The nearest entries by meaning, for every backend: a per-scope matrix of the stored
+vectors, kept in memory and brought up to date from the database before each search.
+
+What is cached never goes stale in a way that matters: an entry's vector, sequence number
+and expiry never change after its put. What does change is checked in the database for
+the candidates only: whether an entry is still there at all (a sweep or purge removes
+rows), deleted as of the snapshot, and kept by the search's tag, token and ``where``
+conditions. So a search reads new rows (those with a sequence number above what the cache
+holds, cheap on the scope's index), scores every cached entry of the snapshot in one
+matrix product, and asks the database about the best ones, a chunk at a time, until it
+has as many as it needs. A row the database no longer has is dropped from the cache.
+
+This relies on a scope's sequence numbers being committed in order (both backends hand
+them out under a lock held until commit): once the cache holds every row up to ``n``, no
+row with a number at or below ``n`` can appear later.
+
+Memory: the matrix is float32 (:data:`~openwop_memory.semantic.RANK_DIMENSIONS` x 4 bytes
+an entry, plus 25 for its number, expiry, length and liveness); scopes least recently
+searched are dropped when all cached scopes would exceed ``max_bytes``, or there would be
+more than ``max_scopes`` of them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+
+from ..semantic import RANK_DIMENSIONS, norms_of, query_threshold, query_vector, similarities
+from .base import Scope
+
+NO_EXPIRY = np.iinfo(np.int64).max
+ROW_BYTES = RANK_DIMENSIONS * 4 + 25
+"""Memory an entry takes in the cache (its arrays grow by doubling: up to twice that)."""
+_FIRST_CAPACITY = 1024
+# Up to this many cached rows a search scores on the event loop (about 0.1 ms here).
+_INLINE_ROWS = 8192
+_A = TypeVar("_A", bound="np.ndarray[Any, Any]")
+
+NewRows = Sequence[Any]  # rows of (seq, expires_us, vector), tuples or driver records
+LoadAfter = Callable[[int], Awaitable[NewRows]]
+"""The scope's rows with a vector and a sequence number above the argument, in order."""
+Check = Callable[[list[int]], Awaitable[tuple[set[int], set[int]]]]
+"""Of these sequence numbers: those the search keeps (visible to its snapshot and kept by
+its conditions), and those the database still has at all."""
+
+
+@dataclass
+class _Scope:
+    seqs: npt.NDArray[np.int64]
+    expires: npt.NDArray[np.int64]
+    alive: npt.NDArray[np.bool_]
+    matrix: npt.NDArray[np.float32]
+    norms: npt.NDArray[np.float64]
+    size: int
+    loaded_seq: int
+    lock: anyio.Lock
+
+    @classmethod
+    def empty(cls) -> _Scope:
+        return cls(
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0, np.bool_),
+            np.empty((0, RANK_DIMENSIONS), np.float32),
+            np.empty(0, np.float64),
+            0,
+            -1,
+            anyio.Lock(),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.seqs) * ROW_BYTES
+
+    def append(self, new: NewRows) -> None:
+        """Add rows (in sequence order), growing the arrays by doubling; a vector of another
+        length (another model's) is left out."""
+        last_seq = int(new[-1][0])
+        rows = [r for r in new if len(r[2]) == RANK_DIMENSIONS]
+        if not rows:
+            self.loaded_seq = last_seq
+            return
+        needed = self.size + len(rows)
+        if needed > len(self.seqs):
+            capacity = max(_FIRST_CAPACITY, needed, 2 * len(self.seqs))
+            self.seqs = _grown(self.seqs, capacity)
+            self.expires = _grown(self.expires, capacity)
+            self.alive = _grown(self.alive, capacity)
+            self.matrix = _grown(self.matrix, capacity)
+            self.norms = _grown(self.norms, capacity)
+        start, end = self.size, needed
+        self.seqs[start:end] = [r[0] for r in rows]
+        self.expires[start:end] = [NO_EXPIRY if r[1] is None else r[1] for r in rows]
+        self.alive[start:end] = True
+        block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.int8)
+        block = block.reshape(len(rows), RANK_DIMENSIONS)
+        self.matrix[start:end] = block.astype(np.float32)
+        self.norms[start:end] = norms_of(self.matrix[start:end])
+        self.size = end
+        self.loaded_seq = last_seq
+
+
+def _candidates(
+    cached: _Scope, n: int, snapshot_seq: int, now_us: int, query: npt.NDArray[np.float32]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """The rows of the first ``n`` that the snapshot shows at ``now_us`` and that are near
+    ``query`` (see :func:`~openwop_memory.semantic.query_threshold`), and their scores."""
+    shown = cached.alive[:n] & (cached.seqs[:n] <= snapshot_seq) & (cached.expires[:n] > now_us)
+    scores = similarities(cached.matrix[:n], cached.norms[:n], query)
+    shown &= scores >= query_threshold(query)
+    where = np.flatnonzero(shown)
+    return where, scores[where]
+
+
+async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``calls`` concurrently; a failure is raised as itself (the first one), not as an
+    exception group, so the backend's error contract holds."""
+    try:
+        async with anyio.create_task_group() as tasks:
+            for call in calls:
+                tasks.start_soon(call)
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+
+
+def _grown(array: _A, capacity: int) -> _A:
+    grown = np.empty((capacity, *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    result: _A = grown  # type: ignore[assignment]  # same dtype and rank as array
+    return result
+
+
+class VectorCache:
+    """The cached vectors of the scopes searched by meaning, least recently used dropped
+    past ``max_bytes`` or ``max_scopes``."""
+
+    def __init__(self, max_bytes: int = 256 << 20, max_scopes: int = 4096) -> None:
+        self.max_bytes = max_bytes
+        self.max_scopes = max_scopes
+        self._scopes: OrderedDict[Scope, _Scope] = OrderedDict()
+
+    async def nearest(
+        self,
+        scope: Scope,
+        *,
+        snapshot_seq: int,
+        now_us: int,
+        vector: bytes,
+        count: int,
+        load_after: LoadAfter,
+        check: Check,
+    ) -> list[int]:
+        """The sequence numbers of up to ``count`` entries of ``scope`` nearest to ``vector``
+        among those ``check`` keeps and at least :data:`~openwop_memory.semantic.MIN_COSINE`
+        similar, nearest first (ties: the larger number first).
+
+        :raises UpstreamUnavailableError: from ``load_after`` or ``check``.
+        """
+        cached = self._scopes.get(scope)
+        if cached is None:
+            cached = self._scopes[scope] = _Scope.empty()
+            self._evict()
+        self._scopes.move_to_end(scope)
+        async with cached.lock:
+            rows = await load_after(cached.loaded_seq)
+            if len(rows) > _INLINE_ROWS:  # a first search of a big scope: 100k rows ~0.5 s
+                await anyio.to_thread.run_sync(cached.append, rows)
+                self._evict()
+            elif rows:
+                cached.append(rows)
+                self._evict()
+            n = cached.size
+            if count <= 0 or n == 0:
+                return []
+            score = partial(_candidates, cached, n, snapshot_seq, now_us, query_vector(vector))
+            # A big scope's product is milliseconds: off the event loop (numpy lets go of
+            # the GIL), while a small one costs less than the hand-off.
+            if n > _INLINE_ROWS:
+                where, scores = await anyio.to_thread.run_sync(score)
+            else:
+                where, scores = score()
+            if len(where) == 0:
+                return []
+            return await self._best(cached, where, scores, count, check)
+
+    async def _best(
+        self,
+        cached: _Scope,
+        where: npt.NDArray[np.intp],
+        scores: npt.NDArray[np.float64],
+        count: int,
+        check: Check,
+    ) -> list[int]:
+        """The first ``count`` kept entries by score among the candidates at ``where``
+        (``scores`` theirs), examined in chunks of growing size, each chunk every candidate
+        scoring in a band (so equal scores are never split between chunks)."""
+        kept: list[int] = []
+        examined = 0
+        above = np.inf
+        chunk = 2 * count
+        while len(kept) < count and examined < len(where):
+            k = min(examined + chunk, len(where))
+            threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
+            band = np.flatnonzero((scores >= threshold) & (scores < above))
+            seqs_of_band = cached.seqs[where[band]]
+            band = band[np.lexsort((-seqs_of_band, -scores[band]))]
+            examined += len(band)
+            above = threshold
+            chunk *= 2
+            seqs = [int(s) for s in cached.seqs[where[band]]]
+            passing, present = await check(seqs)
+            gone = [where[i] for i, s in zip(band, seqs, strict=True) if s not in present]
+            if gone:
+                cached.alive[gone] = False
+            kept.extend(s for s in seqs if s in passing)
+        return kept[:count]
+
+    def _evict(self) -> None:
+        total = sum(s.nbytes for s in self._scopes.values())
+        while len(self._scopes) > 1 and (
+            total > self.max_bytes or len(self._scopes) > self.max_scopes
+        ):
+            _, dropped = self._scopes.popitem(last=False)
+            total -= dropped.nbytes
