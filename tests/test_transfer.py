@@ -88,6 +88,32 @@ def test_a_memory_moves_to_a_fresh_database_of_either_backend(
             assert seen(client, refs, "after") == before, (backend.name, target.name)
 
 
+def test_an_imported_entry_is_found_by_meaning_as_a_put_one_is(workdir: Path) -> None:
+    """The file carries no vectors; the import computes them as a put does, so relevance by
+    meaning works in the new database (a query sharing no word with the entry finds it)."""
+    export = workdir / "memory.ndjson"
+    cello = "The user plays the cello in an amateur orchestra on Thursday evenings."
+    with Sidecar(workdir) as source, source.client() as client:
+        capabilities = client.call("host.capabilities")["capabilities"]
+        assert "semantic" in capabilities["memory"]["search"]["modes"]
+        ref = issue(client, "t-meaning", "a")
+        begin(client, "w", "t-meaning")
+        put(client, "w", ref, cello)
+        put(client, "w", ref, "The staging deploy failed: the volume ran out of disk space.")
+        code, _, err = cli("export", str(export), "--database", f"sqlite:///{source.database}")
+    assert code == 0, err
+    assert "embedding" not in export.read_text()
+    moved = workdir / "moved.db"
+    code, _, err = cli("import", str(export), "--database", f"sqlite:///{moved}")
+    assert code == 0, err
+    there = Sidecar(workdir, database=moved, socket_path=workdir / "moved.sock")
+    with there, there.client() as client:
+        begin(client, "r", "t-meaning")
+        options = {"rank": "relevance", "query": "musical instrument hobby", "limit": 1}
+        found = client.call("memory.list", runId="r", memoryRef=ref, options=options)
+        assert [e["content"] for e in found] == [cello]
+
+
 def test_an_import_refuses_a_cut_file_and_a_database_with_memory_of_its_own(
     workdir: Path,
 ) -> None:

@@ -67,6 +67,7 @@ class _Failed(Exception):
 async def _run(args: argparse.Namespace, settings: Settings) -> str:
     from openwop_memory_client import MemoryServiceError
 
+    from .service.embedding import EmbeddingModel
     from .storage.base import StorageStartupError
     from .storage.registry import create_storage
     from .transfer import TransferError, import_from
@@ -81,7 +82,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> str:
             return await _export(storage, args.file)
         try:
             with open(args.file, "rb") as source:  # noqa: ASYNC230 - a local file, in lines
-                done = await import_from(storage, source)
+                embedding = EmbeddingModel(enabled=settings.semantic_search)
+                done = await import_from(storage, source, embedding)
         except OSError as exc:
             raise _Failed(f"cannot read {args.file}: {exc.strerror}") from None
         return (

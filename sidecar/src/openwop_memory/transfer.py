@@ -18,7 +18,9 @@ are signed with: it is written ``0600``, and deserves the care of the database i
 
 An import reads the whole file once to check it (a bad line, or no trailer, imports
 nothing), then stores it in batches; an entry whose id the database already holds is
-skipped, so an interrupted import can be run again.
+skipped, so an interrupted import can be run again. Vectors for relevance by meaning are
+not in the file: the import computes each entry's from its content with the ``search``
+extra's model where it is installed, as a put does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ from openwop_memory_client.wire import MAX_TAGS, Name, Tag
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
+from .service.embedding import EmbeddingModel
 from .storage.base import EntryRow, Scope, Storage, StoredEntry
 from .timefmt import format_us, now_us, parse_rfc3339
 
@@ -171,8 +175,11 @@ def entries_of(source: IO[bytes]) -> Iterator[StoredEntry]:
         yield _stored(line, number)
 
 
-async def import_from(storage: Storage, source: IO[bytes]) -> Imported:
-    """Check ``source`` whole, take over its ref key, and store its entries.
+async def import_from(
+    storage: Storage, source: IO[bytes], embedding: EmbeddingModel | None = None
+) -> Imported:
+    """Check ``source`` whole, take over its ref key, and store its entries, each with the
+    vector ``embedding`` gives its content (as a put would; none without the model).
 
     :raises TransferError: the file is not a complete export, or the database already holds
         memory under another ref key (nothing is imported then).
@@ -189,6 +196,9 @@ async def import_from(storage: Storage, source: IO[bytes]) -> Imported:
     stored = 0
     batch: list[StoredEntry] = []
     for item in entries_of(source):
+        if embedding is not None and embedding.installed:
+            vector = await embedding.vector(item.entry.content)
+            item = dataclasses.replace(item, embedding=vector)
         batch.append(item)
         if len(batch) == BATCH:
             stored += await storage.import_entries(entries=batch)

@@ -246,10 +246,13 @@ class FoundEntry:
 @dataclass(frozen=True, slots=True)
 class StoredEntry:
     """An entry with its scope, as :meth:`Storage.export_entries` reads it and
-    :meth:`Storage.import_entries` writes it (content as stored: redacted)."""
+    :meth:`Storage.import_entries` writes it (content as stored: redacted). ``embedding``
+    is the stored vector of the content an import computed, as a put computes it (never
+    exported: it belongs to the model of the database it is in)."""
 
     scope: Scope
     entry: EntryRow
+    embedding: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

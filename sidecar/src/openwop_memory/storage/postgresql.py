@@ -947,7 +947,7 @@ class PostgresqlStorage:
                         row.expires_us,
                         tokens,
                         row.content.replace("\x00", " "),
-                        None,  # an imported entry has no vector: it ranks by keywords
+                        item.embedding,
                     )
                     if row.tags:
                         await conn.execute(_INSERT_TAGS, scope_pk, list(row.tags), seq)

@@ -1036,6 +1036,7 @@ class SqliteStorage:
                         row.created_us,
                         row.expires_us,
                         tokens,
+                        item.embedding,
                     )
                 )
                 txn.tags.extend((scope_pk, tag, seq) for tag in row.tags)
