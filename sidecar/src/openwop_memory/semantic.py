@@ -65,8 +65,11 @@ _WEIGHTS = ("weights", "l2_supercat_256.safetensors")
 _TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 _TENSOR = "embedding.weight"
 # Distinct words whose token ids are kept; the cache is emptied when it is full (a put's
-# words are looked up again at the cost of one tokenizer call each).
-_WORD_CACHE = 200_000
+# words are looked up again at the cost of one tokenizer call each). A cached word costs
+# about 400 bytes, and entries full of ids, numbers and hashes bring new words all the time:
+# 16,384 keeps a sidecar's common vocabulary for a few MiB (``make bench``'s "RSS after
+# load" row, whose entries each carry a word of their own).
+_WORD_CACHE = 16_384
 
 
 class ModelUnavailableError(Exception):
