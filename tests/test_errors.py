@@ -542,3 +542,66 @@ def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
         c.call("run.begin", runId="r", tenant="t1")
         assert c.call("memory.list", runId="r", memoryRef=ref) == [entry]
         assert c.call("sidecar.stats")["requests"]["memory.put"]["upstream_unavailable"] == 1
+
+
+# -- internal_error: -32603 ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_failure_is_internal_error_with_a_correlation_id_and_frames_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler's unforeseen exception answers ``internal_error`` whose details carry only
+    a correlation id, and the log lines carry that id and the frames, never the exception's
+    message (it may quote content or a secret)."""
+    from openwop_memory.app import open_app
+    from openwop_memory.config import Settings
+    from structlog.testing import capture_logs
+    from support.backends import selected
+
+    mark = "MARK-" + uid()
+    settings = Settings.model_validate({"database": selected().url_for(tmp_path / "ie.db")})
+    async with await open_app(settings) as app:
+        dispatcher = app.dispatcher
+        ref = json.loads(
+            await dispatcher.handle_line(req("memory.issueRef", {"tenant": "t", "agent": "a"}))
+            or b"null"
+        )["result"]["memoryRef"]
+        await dispatcher.handle_line(req("run.begin", {"runId": "r", "tenant": "t"}))
+
+        async def broken(*args: object, **kwargs: object) -> Any:
+            raise RuntimeError(f"content {mark} secret")
+
+        monkeypatch.setattr(app.service._storage, "list", broken)
+        with capture_logs() as captured:
+            line = await dispatcher.handle_line(
+                req("memory.list", {"runId": "r", "memoryRef": ref}, rid=7)
+            )
+        assert line is not None
+        answer = json.loads(line)
+        assert answer["id"] == 7
+        err = error_of(answer, "internal_error", -32603)
+        correlation_id = err.details["correlationId"]
+        assert isinstance(correlation_id, str) and len(correlation_id) == 16
+        assert err.details == {"correlationId": correlation_id}
+        assert mark not in line.decode()
+        internal = [c for c in captured if c["event"] == "internal_error"]
+        assert len(internal) == 1, captured
+        assert internal[0]["correlation_id"] == correlation_id
+        assert internal[0]["error_type"] == "RuntimeError"
+        frames = internal[0]["frames"]
+        assert frames and all(f.count(":") == 2 for f in frames), frames
+        assert any(f.startswith("memory.py:") for f in frames), frames
+        # The access log's line for the request names the same id, so the two can be joined.
+        access = [c for c in captured if c["event"] == "request"]
+        assert [(a["outcome"], a["correlation_id"]) for a in access] == [
+            ("internal_error", correlation_id)
+        ]
+        assert mark not in repr(captured)
+        # The failure is the request's alone: the next request is answered.
+        monkeypatch.undo()
+        again = json.loads(
+            await dispatcher.handle_line(req("memory.list", {"runId": "r", "memoryRef": ref}))
+            or b"null"
+        )
+        assert again["result"] == []
