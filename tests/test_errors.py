@@ -379,6 +379,49 @@ def test_secret_leakage_under_reject(rejecting: Sidecar) -> None:
     assert secret not in log and other not in log and "late-secret-1" not in log
 
 
+@pytest.mark.anyio
+async def test_a_secret_surviving_the_rewrite_passes_is_refused_and_nothing_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``leaked`` outcome: under ``rewrite`` (which otherwise stores the rewritten
+    entry), a secret still found after the last rewrite pass refuses the put.
+
+    No real input is known to survive two passes (the property tests look for one), so
+    the seam is the pass count: with none, the first search is the final check."""
+    from openwop_memory.app import open_app
+    from openwop_memory.config import Settings
+    from openwop_memory.redaction import redact
+    from support.backends import selected
+
+    secret = "leak-" + uid("SURVIVOR")
+    settings = Settings.model_validate({"database": selected().url_for(tmp_path / "lk.db")})
+    async with await open_app(settings) as app:
+        dispatcher = app.dispatcher
+
+        async def call(method: str, **params: Any) -> Any:
+            line = await dispatcher.handle_line(req(method, params))
+            assert line is not None
+            return json.loads(line)
+
+        ref = (await call("memory.issueRef", tenant="t", agent="a"))["result"]["memoryRef"]
+        await call("run.begin", runId="r", tenant="t", secrets=[{"id": "k1", "value": secret}])
+        entry = {"content": f"x {secret} y", "tags": ["plain"]}
+        monkeypatch.setattr(redact, "_REWRITE_PASSES", 0)
+        answer = await call("memory.put", runId="r", memoryRef=ref, entry=entry)
+        err = error_of(answer, "secret_leakage", -32010)
+        assert err.details["field"] == "entry.content"
+        assert secret not in json.dumps(answer)
+        monkeypatch.undo()
+        await call("run.begin", runId="r2", tenant="t")
+        assert (await call("memory.list", runId="r2", memoryRef=ref))["result"] == []
+        stats = (await call("sidecar.stats"))["result"]
+        assert stats["requests"]["memory.put"]["secret_leakage"] == 1
+        assert app.service.stats.refusals == {"survived": 1}
+        # With the passes back, the same entry is rewritten and stored.
+        stored = (await call("memory.put", runId="r", memoryRef=ref, entry=entry))["result"]
+        assert stored["content"] == "x [REDACTED:k1] y"
+
+
 # -- rate_limited (a sidecar allowed one request in flight) --------------------------------
 
 
