@@ -4,6 +4,7 @@ its envelope and its details; and the rule that no error carries content or a se
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -381,19 +382,20 @@ def test_secret_leakage_under_reject(rejecting: Sidecar) -> None:
 
 @pytest.mark.anyio
 async def test_a_secret_surviving_the_rewrite_passes_is_refused_and_nothing_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    """The ``leaked`` outcome: under ``rewrite`` (which otherwise stores the rewritten
-    entry), a secret still found after the last rewrite pass refuses the put.
-
-    No real input is known to survive two passes (the property tests look for one), so
-    the seam is the pass count: with none, the first search is the final check."""
+    """The ``leaked`` outcome, from a real input: each rewrite pass uncovers the secret
+    that the one it rewrote split (a secret inside a secret inside a secret, each split
+    around the next), so after the last pass the outer one is still found. Under
+    ``rewrite`` (which otherwise stores the rewritten entry) the put is refused and
+    nothing is stored; one level less is rewritten and stored."""
     from openwop_memory.app import open_app
     from openwop_memory.config import Settings
-    from openwop_memory.redaction import redact
     from support.backends import selected
 
-    secret = "leak-" + uid("SURVIVOR")
+    inner, middle, outer = (os.urandom(8).hex() for _ in range(3))
+    half_m, half_o = len(middle) // 2, len(outer) // 2
+    nested = outer[:half_o] + middle[:half_m] + inner + middle[half_m:] + outer[half_o:]
     settings = Settings.model_validate({"database": selected().url_for(tmp_path / "lk.db")})
     async with await open_app(settings) as app:
         dispatcher = app.dispatcher
@@ -404,22 +406,26 @@ async def test_a_secret_surviving_the_rewrite_passes_is_refused_and_nothing_stor
             return json.loads(line)
 
         ref = (await call("memory.issueRef", tenant="t", agent="a"))["result"]["memoryRef"]
-        await call("run.begin", runId="r", tenant="t", secrets=[{"id": "k1", "value": secret}])
-        entry = {"content": f"x {secret} y", "tags": ["plain"]}
-        monkeypatch.setattr(redact, "_REWRITE_PASSES", 0)
+        secrets = [{"id": "k1", "value": outer}, {"id": "k2", "value": middle}]
+        await call(
+            "run.begin", runId="r", tenant="t", secrets=[*secrets, {"id": "k3", "value": inner}]
+        )
+        entry = {"content": f"x {nested} y", "tags": ["plain"]}
         answer = await call("memory.put", runId="r", memoryRef=ref, entry=entry)
         err = error_of(answer, "secret_leakage", -32010)
         assert err.details["field"] == "entry.content"
-        assert secret not in json.dumps(answer)
-        monkeypatch.undo()
+        shown = json.dumps(answer)
+        assert all(s not in shown for s in (inner, middle, outer, nested[:8]))
         await call("run.begin", runId="r2", tenant="t")
         assert (await call("memory.list", runId="r2", memoryRef=ref))["result"] == []
         stats = (await call("sidecar.stats"))["result"]
         assert stats["requests"]["memory.put"]["secret_leakage"] == 1
         assert app.service.stats.refusals == {"survived": 1}
-        # With the passes back, the same entry is rewritten and stored.
-        stored = (await call("memory.put", runId="r", memoryRef=ref, entry=entry))["result"]
-        assert stored["content"] == "x [REDACTED:k1] y"
+        # One level less needs two passes, which there are: rewritten and stored.
+        two = outer[:half_o] + middle + outer[half_o:]
+        await call("run.begin", runId="w", tenant="t", secrets=secrets)
+        put_two = await call("memory.put", runId="w", memoryRef=ref, entry={"content": two})
+        assert put_two["result"]["content"] == "[REDACTED:k1]"
 
 
 # -- rate_limited (a sidecar allowed one request in flight) --------------------------------
