@@ -414,6 +414,8 @@ async def test_a_secret_surviving_the_rewrite_passes_is_refused_and_nothing_stor
         answer = await call("memory.put", runId="r", memoryRef=ref, entry=entry)
         err = error_of(answer, "secret_leakage", -32010)
         assert err.details["field"] == "entry.content"
+        # The ids are those of the secrets rewritten on the way, not of the survivor.
+        assert err.details["secretIds"] == ["k2", "k3"]
         shown = json.dumps(answer)
         assert all(s not in shown for s in (inner, middle, outer, nested[:8]))
         await call("run.begin", runId="r2", tenant="t")
