@@ -334,3 +334,79 @@ def test_disk_full_under_a_running_sidecar(tmp_path: Path) -> None:
             seen_b = c.call("memory.list", runId=reader_b, memoryRef="scope-b")
             assert [e["content"] for e in seen_a] == ["a's retry"]
             assert [e["content"] for e in seen_b] == ["b's entry"]
+
+
+# -- checkpoints --------------------------------------------------------------------------
+
+
+def wal_bytes(database: Path) -> int:
+    return Path(f"{database}-wal").stat().st_size
+
+
+async def until_checkpoints_done(store: SqliteStorage) -> None:
+    """Wait for the checkpoint thread (no event to wait on there)."""
+    with anyio.fail_after(5):
+        while store._writer._checkpointing:  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
+async def test_a_failing_background_checkpoint_is_logged_and_retried_a_step_later(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint past ``checkpoint_bytes`` of WAL fails: a ``checkpoint_failed``
+    warning names the reason (never content), puts go on, the next try waits until the WAL
+    has grown by another step, and that one empties it."""
+    from structlog.testing import capture_logs
+
+    path = tmp_path / "memory.db"
+    step = 64 << 10
+    fired: list[str] = []
+    fail = fail_once_at("checkpoint")
+
+    def fault(name: str) -> None:
+        if name == "checkpoint":
+            fired.append(name)
+        fail(name)
+
+    async with opened(path, checkpoint_bytes=step) as store:
+        writer = store._writer
+        writer.before_statement = fault
+        marker = "CKPT-CONTENT-" + "x" * 2000
+        with capture_logs() as captured, anyio.fail_after(10):
+            while not fired:
+                await stored(store, put_request(A, marker))
+            await until_checkpoints_done(store)
+        assert [(c["event"], c["log_level"], c["reason"]) for c in captured] == [
+            ("checkpoint_failed", "warning", "OperationalError")
+        ]
+        assert "CKPT-CONTENT" not in repr(captured)
+        # Not retried on the next look: only once the WAL has grown by another step.
+        assert wal_bytes(path) >= step
+        # (a put or two may land between the failure and the look at the WAL's size)
+        assert wal_bytes(path) < writer._checkpoint_at <= wal_bytes(path) + step
+        with anyio.fail_after(10):
+            while len(fired) < 2:
+                await stored(store, put_request(A, marker))
+            await until_checkpoints_done(store)
+        assert writer._checkpoint_at == step
+        assert wal_bytes(path) < step
+        assert len(await contents(store, A)) > 0
+
+
+async def test_a_failing_explicit_checkpoint_raises_upstream_unavailable_and_writes_go_on(
+    store: SqliteStorage, tmp_path: Path
+) -> None:
+    """``checkpoint(mode)`` (the sweep's and forget's, and close's) failing raises the
+    service's ``upstream_unavailable``, leaves no checkpoint counted as running, and the
+    next put and checkpoint work."""
+    writer = store._writer
+    await stored(store, put_request(A, "before"))
+    writer.before_statement = fail_once_at("checkpoint")
+    with pytest.raises(UpstreamUnavailableError) as raised:
+        await writer.checkpoint("PASSIVE")
+    assert raised.value.details == {"backend": "sqlite", "reason": "OperationalError"}
+    assert writer._checkpointing == 0
+    await stored(store, put_request(A, "after"))
+    await writer.checkpoint("TRUNCATE")
+    assert wal_bytes(tmp_path / "memory.db") == 0
+    assert await contents(store, A) == ["after", "before"]

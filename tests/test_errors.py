@@ -4,6 +4,7 @@ its envelope and its details; and the rule that no error carries content or a se
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -379,6 +380,56 @@ def test_secret_leakage_under_reject(rejecting: Sidecar) -> None:
     assert secret not in log and other not in log and "late-secret-1" not in log
 
 
+@pytest.mark.anyio
+async def test_a_secret_surviving_the_rewrite_passes_is_refused_and_nothing_stored(
+    tmp_path: Path,
+) -> None:
+    """The ``leaked`` outcome, from a real input: each rewrite pass uncovers the secret
+    that the one it rewrote split (a secret inside a secret inside a secret, each split
+    around the next), so after the last pass the outer one is still found. Under
+    ``rewrite`` (which otherwise stores the rewritten entry) the put is refused and
+    nothing is stored; one level less is rewritten and stored."""
+    from openwop_memory.app import open_app
+    from openwop_memory.config import Settings
+    from support.backends import selected
+
+    inner, middle, outer = (os.urandom(8).hex() for _ in range(3))
+    half_m, half_o = len(middle) // 2, len(outer) // 2
+    nested = outer[:half_o] + middle[:half_m] + inner + middle[half_m:] + outer[half_o:]
+    settings = Settings.model_validate({"database": selected().url_for(tmp_path / "lk.db")})
+    async with await open_app(settings) as app:
+        dispatcher = app.dispatcher
+
+        async def call(method: str, **params: Any) -> Any:
+            line = await dispatcher.handle_line(req(method, params))
+            assert line is not None
+            return json.loads(line)
+
+        ref = (await call("memory.issueRef", tenant="t", agent="a"))["result"]["memoryRef"]
+        secrets = [{"id": "k1", "value": outer}, {"id": "k2", "value": middle}]
+        await call(
+            "run.begin", runId="r", tenant="t", secrets=[*secrets, {"id": "k3", "value": inner}]
+        )
+        entry = {"content": f"x {nested} y", "tags": ["plain"]}
+        answer = await call("memory.put", runId="r", memoryRef=ref, entry=entry)
+        err = error_of(answer, "secret_leakage", -32010)
+        assert err.details["field"] == "entry.content"
+        # The ids are those of the secrets rewritten on the way, not of the survivor.
+        assert err.details["secretIds"] == ["k2", "k3"]
+        shown = json.dumps(answer)
+        assert all(s not in shown for s in (inner, middle, outer, nested[:8]))
+        await call("run.begin", runId="r2", tenant="t")
+        assert (await call("memory.list", runId="r2", memoryRef=ref))["result"] == []
+        stats = (await call("sidecar.stats"))["result"]
+        assert stats["requests"]["memory.put"]["secret_leakage"] == 1
+        assert app.service.stats.refusals == {"survived": 1}
+        # One level less needs two passes, which there are: rewritten and stored.
+        two = outer[:half_o] + middle + outer[half_o:]
+        await call("run.begin", runId="w", tenant="t", secrets=secrets)
+        put_two = await call("memory.put", runId="w", memoryRef=ref, entry={"content": two})
+        assert put_two["result"]["content"] == "[REDACTED:k1]"
+
+
 # -- rate_limited (a sidecar allowed one request in flight) --------------------------------
 
 
@@ -542,3 +593,66 @@ def test_a_database_held_by_another_writer_is_upstream_unavailable_and_recovers(
         c.call("run.begin", runId="r", tenant="t1")
         assert c.call("memory.list", runId="r", memoryRef=ref) == [entry]
         assert c.call("sidecar.stats")["requests"]["memory.put"]["upstream_unavailable"] == 1
+
+
+# -- internal_error: -32603 ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_failure_is_internal_error_with_a_correlation_id_and_frames_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler's unforeseen exception answers ``internal_error`` whose details carry only
+    a correlation id, and the log lines carry that id and the frames, never the exception's
+    message (it may quote content or a secret)."""
+    from openwop_memory.app import open_app
+    from openwop_memory.config import Settings
+    from structlog.testing import capture_logs
+    from support.backends import selected
+
+    mark = "MARK-" + uid()
+    settings = Settings.model_validate({"database": selected().url_for(tmp_path / "ie.db")})
+    async with await open_app(settings) as app:
+        dispatcher = app.dispatcher
+        ref = json.loads(
+            await dispatcher.handle_line(req("memory.issueRef", {"tenant": "t", "agent": "a"}))
+            or b"null"
+        )["result"]["memoryRef"]
+        await dispatcher.handle_line(req("run.begin", {"runId": "r", "tenant": "t"}))
+
+        async def broken(*args: object, **kwargs: object) -> Any:
+            raise RuntimeError(f"content {mark} secret")
+
+        monkeypatch.setattr(app.service._storage, "list", broken)
+        with capture_logs() as captured:
+            line = await dispatcher.handle_line(
+                req("memory.list", {"runId": "r", "memoryRef": ref}, rid=7)
+            )
+        assert line is not None
+        answer = json.loads(line)
+        assert answer["id"] == 7
+        err = error_of(answer, "internal_error", -32603)
+        correlation_id = err.details["correlationId"]
+        assert isinstance(correlation_id, str) and len(correlation_id) == 16
+        assert err.details == {"correlationId": correlation_id}
+        assert mark not in line.decode()
+        internal = [c for c in captured if c["event"] == "internal_error"]
+        assert len(internal) == 1, captured
+        assert internal[0]["correlation_id"] == correlation_id
+        assert internal[0]["error_type"] == "RuntimeError"
+        frames = internal[0]["frames"]
+        assert frames and all(f.count(":") == 2 for f in frames), frames
+        assert any(f.startswith("memory.py:") for f in frames), frames
+        # The access log's line for the request names the same id, so the two can be joined.
+        access = [c for c in captured if c["event"] == "request"]
+        assert [(a["outcome"], a["correlation_id"]) for a in access] == [
+            ("internal_error", correlation_id)
+        ]
+        assert mark not in repr(captured)
+        # The failure is the request's alone: the next request is answered.
+        monkeypatch.undo()
+        again = json.loads(
+            await dispatcher.handle_line(req("memory.list", {"runId": "r", "memoryRef": ref}))
+            or b"null"
+        )
+        assert again["result"] == []

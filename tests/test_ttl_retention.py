@@ -330,3 +330,72 @@ def test_the_sweeper_survives_its_own_failures(workdir: Path) -> None:
             line for line in sidecar.log_lines() if line.get("event") in {"sweep", "sweep_failed"}
         ]
         assert any(line.get("failed_steps") for line in lines), lines[-3:]
+
+
+@pytest.mark.anyio
+async def test_the_sweeper_survives_a_failed_pass_and_the_next_removes_the_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass whose storage call fails is counted (``sweepFailures``) and logged as
+    ``sweep_failed`` with the error's type only; the loop goes on and the next pass
+    removes the expired entry."""
+    import anyio
+    from openwop_memory.app import open_app
+    from openwop_memory.config import Settings
+    from structlog.testing import capture_logs
+    from support.backends import selected
+
+    settings = Settings.model_validate({"database": selected().url_for(tmp_path / "sw.db")})
+    async with await open_app(settings) as app:
+
+        async def call(method: str, **params: Any) -> Any:
+            line = await app.dispatcher.handle_line(
+                json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+            )
+            assert line is not None
+            answer = json.loads(line)
+            assert "result" in answer, answer
+            return answer["result"]
+
+        ref = (await call("memory.issueRef", tenant="t", agent="a"))["memoryRef"]
+        await call("run.begin", runId="w", tenant="t")
+        expiry, expires_at = in_future(0.3)
+        await call(
+            "memory.put", runId="w", memoryRef=ref, entry={"content": "d", "expiresAt": expires_at}
+        )
+        keep = await call("memory.put", runId="w", memoryRef=ref, entry={"content": "kept"})
+        await anyio.sleep(max(0.0, (expiry - datetime.now(UTC)).total_seconds()) + 0.05)
+
+        storage = app.service._storage
+        real_sweep = storage.sweep
+        calls = 0
+        swept = anyio.Event()
+
+        async def failing_once(**kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("SWEEP-FAILURE-MARK")
+            counts = await real_sweep(**kwargs)
+            swept.set()  # the service counts the pass before the loop next yields
+            return counts
+
+        monkeypatch.setattr(storage, "sweep", failing_once)
+        app.sweeper.interval = 0.02
+        with capture_logs() as captured:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(app.sweeper.run)
+                with anyio.fail_after(10):
+                    await swept.wait()
+                tg.cancel_scope.cancel()
+        stats = await call("sidecar.stats")
+        assert stats["sweepFailures"] == 1 and stats["sweeps"] >= 1, stats
+        assert stats["entriesSwept"] == 1
+        failed = [c for c in captured if c["event"] == "sweep_failed"]
+        assert len(failed) == 1 and failed[0]["error_type"] == "RuntimeError", captured
+        assert failed[0]["log_level"] == "error"
+        assert "SWEEP-FAILURE-MARK" not in repr(captured)
+        passes = [c for c in captured if c["event"] == "sweep" and c["expired_entries"]]
+        assert [c["expired_entries"] for c in passes] == [1]
+        await call("run.begin", runId="r", tenant="t")
+        assert await call("memory.list", runId="r", memoryRef=ref) == [keep]
