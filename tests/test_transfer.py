@@ -207,6 +207,8 @@ TRAILER_1 = '{"end": true, "entries": 1}\n'
             "line 1: not an openwop-memory-export file",
         ),
         (GOOD_HEADER.replace("A" * 43 + "=", "QUJD"), "line 1: refKey is not 32 bytes"),
+        (GOOD_HEADER.replace("A" * 43 + "=", "A" * 42 + "!="), "line 1: refKey is not 32 bytes"),
+        (GOOD_HEADER.replace("A" * 43 + "=", "A" * 43), "line 1: refKey is not 32 bytes"),
         (
             GOOD_HEADER + GOOD_ENTRY + '{"end": true, "entries": 2}\n',
             "line 3: the trailer counts 2",
@@ -239,3 +241,39 @@ def test_a_good_file_gives_its_key_count_and_entries_in_order() -> None:
         "mem_1",
         ("a",),
     )
+
+
+MANY = 2 * 500 + 37  # three import batches of transfer.BATCH, the last one partial
+
+
+def entry_lines(path: Path) -> list[str]:
+    """The entry lines of an export file (without its header and trailer)."""
+    return path.read_text().splitlines()[1:-1]
+
+
+def test_an_import_of_several_batches_round_trips(workdir: Path) -> None:
+    export = workdir / "many.ndjson"
+    with Sidecar(workdir) as source, source.client() as client:
+        ref = issue(client, "t-many", "a")
+        begin(client, "w", "t-many")
+        for i in range(MANY):
+            put(client, "w", ref, f"entry {i:04d} " + "x" * 200, [f"n:{i % 7}"])
+        code, out, err = cli("export", str(export), "--database", f"sqlite:///{source.database}")
+    assert code == 0 and out.startswith(f"exported {MANY} entries of 1 tenants to "), err
+    moved = workdir / "moved.db"
+    code, out, err = cli("import", str(export), "--database", f"sqlite:///{moved}")
+    assert code == 0, err
+    assert out.startswith(f"imported {MANY} entries from {export} (0 already there) in "), out
+    again = workdir / "again.ndjson"
+    code, _, err = cli("export", str(again), "--database", f"sqlite:///{moved}")
+    assert code == 0, err
+    assert sorted(entry_lines(again)) == sorted(entry_lines(export))
+    assert len(set(entry_lines(again))) == MANY
+    there = Sidecar(workdir, database=moved, socket_path=workdir / "moved.sock")
+    with there, there.client() as client:
+        assert issue(client, "t-many", "a") == ref
+        begin(client, "r", "t-many")
+        for line in (entry_lines(export)[0], entry_lines(export)[-1]):
+            wanted = json.loads(line)
+            got = client.call("memory.get", runId="r", memoryRef=ref, id=wanted["id"])
+            assert got is not None and got["content"] == wanted["content"]
