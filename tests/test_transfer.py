@@ -9,6 +9,7 @@ import io
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from openwop_memory.transfer import TransferError, entries_of, read_key
 from support.backends import BACKENDS, Backend
 from support.protocol import begin, delete, issue, list_all, put, secrets_param
-from support.sidecar import RawClient, Sidecar, run_cli
+from support.sidecar import EXE, RawClient, Sidecar, run_cli
 
 # Each test chooses the backends it moves memory between.
 pytestmark = pytest.mark.backend_independent
@@ -277,3 +278,40 @@ def test_an_import_of_several_batches_round_trips(workdir: Path) -> None:
             wanted = json.loads(line)
             got = client.call("memory.get", runId="r", memoryRef=ref, id=wanted["id"])
             assert got is not None and got["content"] == wanted["content"]
+
+
+def test_an_export_that_cannot_write_says_so_and_leaves_no_partial_file(workdir: Path) -> None:
+    """A file size limit (RLIMIT_FSIZE, as a full disk would) makes the export's writes fail
+    midway: one line naming the file, exit 1, no partial file, the database untouched."""
+    export = workdir / "cut-short.ndjson"
+    with Sidecar(workdir) as source, source.client() as client:
+        ref = issue(client, "t-full", "a")
+        begin(client, "w", "t-full")
+        for i in range(600):  # about 150 KB of export, over the 64 KiB limit
+            put(client, "w", ref, f"entry {i} " + "x" * 200)
+        assert source.stop() == 0
+    database = source.database.read_bytes()
+    # Ignoring SIGXFSZ makes an over-limit write fail with EFBIG instead of killing.
+    limited = 'trap \'\' XFSZ; ulimit -f 128; exec "$0" "$@"'
+    done = subprocess.run(
+        [
+            "sh",
+            "-c",
+            limited,
+            EXE,
+            "export",
+            str(export),
+            "--database",
+            f"sqlite:///{source.database}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done
+    assert done.stderr.splitlines() == [
+        f"openwop-memory: export failed: cannot write {export}: File too large"
+    ]
+    assert not export.exists()
+    assert source.database.read_bytes() == database
