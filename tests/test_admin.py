@@ -219,3 +219,47 @@ def test_forget_removes_a_subject_from_every_scope_of_the_tenant_for_every_run(
     assert "alice" not in log, "the subject's id is not logged"
     assert any(line.get("method") == "admin.forget" for line in sidecar.log_lines())
     assert "\nopenwop_memory_forgotten_entries_total 2.0\n" in page
+
+
+def words(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines()]
+
+
+def test_inspect_prints_plain_tables_and_a_run_that_sees_nothing(workdir: Path) -> None:
+    """Without ``--json``: one header and one row per item, and a run begun before any
+    write says it sees no entries although its tenant has a live scope."""
+    with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
+        ref = issue(client, TENANT, "a")
+        client.call("run.begin", runId="early", tenant=TENANT)  # snapshot before any write
+        client.call("run.begin", runId="w", tenant=TENANT)
+        kept = put(client, "w", ref, "kept\nacross lines", ["k", "j"])
+        gone = put(client, "w", ref, "gone", ["k"])
+        client.call("memory.delete", runId="w", memoryRef=ref, id=gone["id"])
+        with RawClient(workdir / "admin.sock") as admin:
+            runs_json = admin.call("admin.runs")
+            (scope,) = admin.call("admin.scopes", tenant=TENANT)
+        runs = cli(sidecar, "inspect", "runs")
+        scopes = cli(sidecar, "inspect", "scopes", TENANT)
+        entry = cli(sidecar, "inspect", "entry", kept["id"])
+        deleted = cli(sidecar, "inspect", "entry", gone["id"])
+        early = cli(sidecar, "inspect", "run", "early")
+    for out in (runs, scopes, entry, deleted, early):
+        assert out.returncode == 0 and out.stderr == "", out
+    header = ["runId", "tenant", "snapshotAt", "touchedAt", "retained", "openHere"]
+    assert words(runs.stdout)[0] == header
+    assert sorted(words(runs.stdout)[1:]) == sorted(
+        [r["runId"], TENANT, r["snapshotAt"], r["touchedAt"], "True", "True"] for r in runs_json
+    )
+    assert words(scopes.stdout) == [["scope", "liveEntries"], [scope["scope"], "1"]]
+    assert entry.stdout.splitlines()[0] == f"tenant {TENANT}  scope {scope['scope']}"
+    assert words(entry.stdout)[1] == ["id", "createdAt", "expiresAt", "tags", "content"]
+    assert words(entry.stdout)[2:] == [
+        [kept["id"], kept["createdAt"], "k,j", "kept\\nacross", "lines"]
+    ]
+    assert deleted.stdout.splitlines()[0] == f"tenant {TENANT}  scope {scope['scope']}  (deleted)"
+    assert words(deleted.stdout)[2] == [gone["id"], gone["createdAt"], "k", "gone"]
+    (snapshot,) = (r["snapshotAt"] for r in runs_json if r["runId"] == "early")
+    assert early.stdout.splitlines() == [
+        f"run early  tenant {TENANT}  snapshot {snapshot}",
+        "(sees no entries)",
+    ]

@@ -27,7 +27,9 @@ from openwop_memory import __version__
 from openwop_memory.config import (
     DEPRECATED,
     GROUPS,
+    ConfigError,
     SqliteSettings,
+    host_and_port,
     load_settings,
     setting_fields,
 )
@@ -540,3 +542,90 @@ def test_the_new_spelling_takes_effect_without_a_warning(workdir: Path) -> None:
     ):
         assert client.call("sidecar.health")["storage"]["synchronous"] == "EXTRA"
     assert not sidecar.events("deprecated_setting")
+
+
+@pytest.mark.parametrize(
+    ("toml", "setting", "value"),
+    [
+        pytest.param("sweep_interval = 90\nreplay_retention = 1.5e3\n", "sweep_interval", 90.0),
+        pytest.param("sweep_interval = 90\nreplay_retention = 1.5e3\n", "replay_retention", 1500.0),
+        pytest.param('metrics_address = "[::1]:9464"\n', "metrics_address", "[::1]:9464"),
+        pytest.param("socket_mode = 0o600\n", "socket_mode", 0o600),
+        pytest.param("socket_mode = 0o666\n", "socket_mode", 0o666),
+    ],
+    ids=["number-seconds", "float-seconds", "ipv6-address", "mode-0o600", "mode-0o666"],
+)
+def test_toml_typed_values_are_accepted(
+    workdir: Path, toml: str, setting: str, value: object
+) -> None:
+    """TOML numbers are seconds, a bracketed IPv6 host is an address, an integer is a mode."""
+    config = workdir / "typed.toml"
+    config.write_text(toml)
+    settings = load_settings({}, environ={}, config_file=str(config))
+    assert getattr(settings, setting) == value
+
+
+def test_a_bracketed_ipv6_address_splits_into_host_and_port() -> None:
+    assert host_and_port("[::1]:9464") == ("::1", 9464)
+    assert host_and_port("127.0.0.1:0") == ("127.0.0.1", 0)
+
+
+MODE_SYNTAX = 'expected an octal file mode such as "0660" or 0o660'
+OWNER_RW = "the owner needs read and write permission on the socket"
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            "metrics_address = 9464\n",
+            "metrics_address (from {source}): Input should be a valid string",
+        ),
+        ("socket_mode = 660\n", f"socket_mode (from {{source}}): {MODE_SYNTAX}"),
+        ("socket_mode = 0o1777\n", f"socket_mode (from {{source}}): {MODE_SYNTAX}"),
+        ("socket_mode = -1\n", f"socket_mode (from {{source}}): {MODE_SYNTAX}"),
+        ("socket_mode = 0o440\n", f"socket_mode (from {{source}}): {OWNER_RW}"),
+        ('socket_mode = "0060"\n', f"socket_mode (from {{source}}): {OWNER_RW}"),
+    ],
+    ids=[
+        "address-integer",
+        "mode-decimal-660",
+        "mode-sticky",
+        "mode-negative",
+        "mode-0o440",
+        "mode-string-0060",
+    ],
+)
+def test_toml_typed_values_are_refused_with_one_line(
+    workdir: Path, toml: str, message: str
+) -> None:
+    config = workdir / "typed.toml"
+    config.write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, environ={}, config_file=str(config))
+    source = f"config file {config}"
+    assert str(caught.value) == "invalid setting " + message.format(source=source)
+
+
+def test_a_table_setting_from_the_environment_must_be_json() -> None:
+    var = "OPENWOP_MEMORY_TENANT_BINDING"
+    good = load_settings({}, environ={var: '{"uid:1001": ["acme"]}'})
+    assert good.tenant_binding == {"uid:1001": ["acme"]}
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, environ={var: '{"uid:1001": ["acme"'})
+    assert str(caught.value) == (
+        f"invalid setting tenant_binding (from environment {var}): "
+        'expected a table such as {"uid:1001": ["acme"]}'
+    )
+
+
+def test_a_bad_table_in_the_environment_fails_start_with_its_message(workdir: Path) -> None:
+    var = "OPENWOP_MEMORY_TENANT_BINDING"
+    result = run_cli(*serve_args(workdir), env={var: "uid:1001=acme"})
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr
+    assert (
+        f"invalid setting tenant_binding (from environment {var}): "
+        'expected a table such as {"uid:1001": ["acme"]}'
+    ) in result.stderr
+    assert not (workdir / "memory.db").exists()

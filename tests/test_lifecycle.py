@@ -304,6 +304,36 @@ def test_database_directory_that_cannot_be_created_fails_cleanly(workdir: Path) 
     assert not socket_path.exists()
 
 
+def test_an_in_memory_sqlite_url_is_refused_creating_nothing(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workdir)  # a relative ":memory:" file would land here
+    socket_path = workdir / "memory.sock"
+    result = run_cli("serve", "--socket", str(socket_path), "--database", "sqlite:///:memory:")
+    assert_clean_failure(result)
+    assert result.stderr.splitlines()[-1] == (
+        "openwop-memory: cannot start: an in-memory SQLite database cannot be shared or use WAL"
+    )
+    assert sorted(p.name for p in workdir.iterdir()) == []
+
+
+def test_a_file_that_is_not_an_sqlite_database_is_refused_untouched(workdir: Path) -> None:
+    database = workdir / "notes.db"
+    body = b"not a database, just someone's notes\n" * 200
+    database.write_bytes(body)
+    before = database.stat()
+    socket_path = workdir / "memory.sock"
+    result = run_cli("serve", "--socket", str(socket_path), "--database", f"sqlite:///{database}")
+    assert_clean_failure(result)
+    assert result.stderr.splitlines()[-1] == (
+        f"openwop-memory: cannot start: cannot open SQLite database {database}: "
+        "file is not a database"
+    )
+    assert database.read_bytes() == body
+    assert database.stat().st_mtime_ns == before.st_mtime_ns
+    assert sorted(p.name for p in workdir.iterdir()) == ["notes.db"]  # no -wal, -shm, socket
+
+
 def test_postgresql_url_fails_cleanly(workdir: Path) -> None:
     socket_path = workdir / "memory.sock"
     result = run_cli(

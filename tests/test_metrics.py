@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,48 @@ def test_the_http_page_counts_requests_and_serves_nothing_else(workdir: Path) ->
         assert scrape(port, method="POST")[0] == 405
         status, _, head_body = scrape(port, method="HEAD")
         assert (status, head_body) == (200, "")
+
+
+def raw_exchange(port: int, data: bytes, half_close: bool = False) -> bytes:
+    """Send ``data`` as it is to the metrics listener; everything it answers until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        if half_close:
+            conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+        return answer
+
+
+BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 12\r\nConnection: close\r\n\r\nbad request\n"
+)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /metrics\r\n\r\n",
+        b"GET /metrics HTTP/1.1 extra\r\n\r\n",
+        b"GET /metrics FTP/1.0\r\n\r\n",
+        b"\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nX-Filler: " + b"x" * 9000,  # over the head cap, unended
+    ],
+    ids=["two-parts", "four-parts", "not-http", "empty-line", "head-over-cap"],
+)
+def test_a_malformed_request_head_gets_400_and_the_listener_keeps_serving(
+    workdir: Path, head: bytes
+) -> None:
+    with Sidecar(workdir, "--metrics-address", "127.0.0.1:0") as sidecar:
+        port = metrics_port(sidecar)
+        assert raw_exchange(port, head) == BAD_REQUEST
+        # A scraper that leaves before ending its head gets nothing, and harms nothing.
+        assert raw_exchange(port, b"GET /metrics HTTP/1.1\r\n", half_close=True) == b""
+        status, _, text = scrape(port)
+        assert status == 200 and ("openwop_memory_storage_up", ()) in samples(text)
 
 
 def test_no_label_carries_a_tenant_a_run_or_content(workdir: Path) -> None:

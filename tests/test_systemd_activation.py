@@ -342,6 +342,43 @@ def test_malformed_activation_variables_stop_the_start() -> None:
         SystemdEnvironment.take({"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "one"})
 
 
+def test_a_negative_listen_fds_stops_the_start_and_is_removed() -> None:
+    environ = {"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "-1"}
+    with pytest.raises(StartupError) as refused:
+        SystemdEnvironment.take(environ)
+    assert str(refused.value) == "socket activation: LISTEN_FDS=-1 is negative"
+    assert environ == {}
+
+
+@pytest.mark.parametrize("names", ["memory", "memory:other:extra", ""])
+def test_names_that_do_not_match_the_count_are_all_unknown(names: str) -> None:
+    """As libsystemd does: no descriptor is taken for ``memory`` on a miscounted list."""
+    environ = {"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "2", "LISTEN_FDNAMES": names}
+    taken = SystemdEnvironment.take(environ)
+    assert taken.passed == (PassedDescriptor(3, "unknown"), PassedDescriptor(4, "unknown"))
+    assert taken.ignored == ()
+
+
+@pytest.mark.parametrize(
+    ("usec", "why"),
+    [
+        ("30s", "WATCHDOG_USEC='30s' is not a number"),
+        ("", "WATCHDOG_USEC='' is not a number"),
+        ("0", "WATCHDOG_USEC=0 is not positive"),
+        ("-5000000", "WATCHDOG_USEC=-5000000 is not positive"),
+    ],
+)
+def test_a_bad_watchdog_interval_is_ignored_saying_why(usec: str, why: str) -> None:
+    environ = {"WATCHDOG_USEC": usec, "WATCHDOG_PID": str(os.getpid())}
+    taken = SystemdEnvironment.take(environ)
+    assert (taken.watchdog_interval, taken.ignored, environ) == (None, (why,), {})
+
+
+def test_a_watchdog_without_its_pid_is_this_process_s() -> None:
+    taken = SystemdEnvironment.take({"WATCHDOG_USEC": "1500000"})
+    assert (taken.watchdog_interval, taken.ignored) == (1.5, ())
+
+
 def test_the_listening_unix_stream_socket_is_chosen(workdir: Path) -> None:
     datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     datagram.bind(str(workdir / "d.sock"))

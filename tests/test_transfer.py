@@ -9,6 +9,7 @@ import io
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from openwop_memory.transfer import TransferError, entries_of, read_key
 from support.backends import BACKENDS, Backend
 from support.protocol import begin, delete, issue, list_all, put, secrets_param
-from support.sidecar import RawClient, Sidecar, run_cli
+from support.sidecar import EXE, RawClient, Sidecar, run_cli
 
 # Each test chooses the backends it moves memory between.
 pytestmark = pytest.mark.backend_independent
@@ -207,6 +208,8 @@ TRAILER_1 = '{"end": true, "entries": 1}\n'
             "line 1: not an openwop-memory-export file",
         ),
         (GOOD_HEADER.replace("A" * 43 + "=", "QUJD"), "line 1: refKey is not 32 bytes"),
+        (GOOD_HEADER.replace("A" * 43 + "=", "A" * 42 + "!="), "line 1: refKey is not 32 bytes"),
+        (GOOD_HEADER.replace("A" * 43 + "=", "A" * 43), "line 1: refKey is not 32 bytes"),
         (
             GOOD_HEADER + GOOD_ENTRY + '{"end": true, "entries": 2}\n',
             "line 3: the trailer counts 2",
@@ -239,3 +242,76 @@ def test_a_good_file_gives_its_key_count_and_entries_in_order() -> None:
         "mem_1",
         ("a",),
     )
+
+
+MANY = 2 * 500 + 37  # three import batches of transfer.BATCH, the last one partial
+
+
+def entry_lines(path: Path) -> list[str]:
+    """The entry lines of an export file (without its header and trailer)."""
+    return path.read_text().splitlines()[1:-1]
+
+
+def test_an_import_of_several_batches_round_trips(workdir: Path) -> None:
+    export = workdir / "many.ndjson"
+    with Sidecar(workdir) as source, source.client() as client:
+        ref = issue(client, "t-many", "a")
+        begin(client, "w", "t-many")
+        for i in range(MANY):
+            put(client, "w", ref, f"entry {i:04d} " + "x" * 200, [f"n:{i % 7}"])
+        code, out, err = cli("export", str(export), "--database", f"sqlite:///{source.database}")
+    assert code == 0 and out.startswith(f"exported {MANY} entries of 1 tenants to "), err
+    moved = workdir / "moved.db"
+    code, out, err = cli("import", str(export), "--database", f"sqlite:///{moved}")
+    assert code == 0, err
+    assert out.startswith(f"imported {MANY} entries from {export} (0 already there) in "), out
+    again = workdir / "again.ndjson"
+    code, _, err = cli("export", str(again), "--database", f"sqlite:///{moved}")
+    assert code == 0, err
+    assert sorted(entry_lines(again)) == sorted(entry_lines(export))
+    assert len(set(entry_lines(again))) == MANY
+    there = Sidecar(workdir, database=moved, socket_path=workdir / "moved.sock")
+    with there, there.client() as client:
+        assert issue(client, "t-many", "a") == ref
+        begin(client, "r", "t-many")
+        for line in (entry_lines(export)[0], entry_lines(export)[-1]):
+            wanted = json.loads(line)
+            got = client.call("memory.get", runId="r", memoryRef=ref, id=wanted["id"])
+            assert got is not None and got["content"] == wanted["content"]
+
+
+def test_an_export_that_cannot_write_says_so_and_leaves_no_partial_file(workdir: Path) -> None:
+    """A file size limit (RLIMIT_FSIZE, as a full disk would) makes the export's writes fail
+    midway: one line naming the file, exit 1, no partial file, the database untouched."""
+    export = workdir / "cut-short.ndjson"
+    with Sidecar(workdir) as source, source.client() as client:
+        ref = issue(client, "t-full", "a")
+        begin(client, "w", "t-full")
+        for i in range(600):  # about 150 KB of export, over the 64 KiB limit
+            put(client, "w", ref, f"entry {i} " + "x" * 200)
+        assert source.stop() == 0
+    database = source.database.read_bytes()
+    # Ignoring SIGXFSZ makes an over-limit write fail with EFBIG instead of killing.
+    limited = 'trap \'\' XFSZ; ulimit -f 128; exec "$0" "$@"'
+    done = subprocess.run(
+        [
+            "sh",
+            "-c",
+            limited,
+            EXE,
+            "export",
+            str(export),
+            "--database",
+            f"sqlite:///{source.database}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done
+    assert done.stderr.splitlines() == [
+        f"openwop-memory: export failed: cannot write {export}: File too large"
+    ]
+    assert not export.exists()
+    assert source.database.read_bytes() == database

@@ -108,9 +108,11 @@ async def _export(storage: Storage, path: str) -> str:
     try:
         with os.fdopen(fd, "wb") as out:
             done = await export_to(storage, out)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(path)
+        if isinstance(exc, OSError):  # the disk full, a file size limit: one line, not a trace
+            raise _Failed(f"cannot write {path}: {exc.strerror}") from None
         raise
     return (
         f"exported {done.entries} entries of {done.tenants} tenants to {path} in {done.seconds} s"
