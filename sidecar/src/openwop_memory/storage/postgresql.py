@@ -554,46 +554,29 @@ class PostgresqlStorage:
         where: ListFilter | None = None,
         vector: bytes | None = None,
     ) -> list[EntryRow]:
-        if vector is None:
-            keyword = await self._keyword_search(
+        def keyword() -> Awaitable[list[tuple[int, EntryRow]]]:
+            return self._keyword_search(
                 scope, snapshot, now_us, terms, limit, tag, max_tokens, where
             )
-            return [row for _, row in keyword]
+
+        if vector is None:
+            return [row for _, row in await keyword()]
         # Imported here: numpy comes with the search extra, which a vector implies.
-        from ..semantic import fuse
+        from .vector_cache import hybrid_search
 
-        keyword = []
-        nearest: list[int] = []
-        found: dict[int, EntryRow] = {}  # the rows the checks kept
-
-        async def by_keywords() -> None:
-            keyword.extend(
-                await self._keyword_search(
-                    scope, snapshot, now_us, terms, limit, tag, max_tokens, where
-                )
-            )
-
-        async def by_meaning() -> None:
-            nearest.extend(
-                await self._vectors.nearest(
-                    scope,
-                    snapshot_seq=cast(int, snapshot),
-                    now_us=now_us,
-                    vector=vector,
-                    count=limit,
-                    load_after=lambda after: self._vectors_after(scope, after),
-                    check=lambda seqs: self._check(
-                        scope, snapshot, now_us, seqs, tag, max_tokens, where, found
-                    ),
-                )
-            )
-
-        from .vector_cache import side_by_side
-
-        await side_by_side(by_keywords, by_meaning)  # on two connections of the pool
-        order = fuse([seq for seq, _ in keyword], nearest)[:limit]
-        found.update(keyword)
-        return [found[s] for s in order]
+        return await hybrid_search(
+            keyword=keyword,
+            vectors=self._vectors,
+            scope=scope,
+            snapshot_seq=cast(int, snapshot),
+            now_us=now_us,
+            vector=vector,
+            limit=limit,
+            load_after=lambda after: self._vectors_after(scope, after),
+            check=lambda seqs, found: self._check(
+                scope, snapshot, now_us, seqs, tag, max_tokens, where, found
+            ),
+        )
 
     async def _keyword_search(
         self,

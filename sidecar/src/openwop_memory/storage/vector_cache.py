@@ -33,8 +33,15 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from ..semantic import RANK_DIMENSIONS, norms_of, query_threshold, query_vector, similarities
-from .base import Scope
+from ..semantic import (
+    RANK_DIMENSIONS,
+    fuse,
+    norms_of,
+    query_threshold,
+    query_vector,
+    similarities,
+)
+from .base import EntryRow, Scope
 
 NO_EXPIRY = np.iinfo(np.int64).max
 ROW_BYTES = RANK_DIMENSIONS * 4 + 25
@@ -129,6 +136,52 @@ async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tasks.start_soon(call)
     except BaseExceptionGroup as group:
         raise group.exceptions[0] from None
+
+
+async def hybrid_search(
+    *,
+    keyword: Callable[[], Awaitable[list[tuple[int, EntryRow]]]],
+    vectors: VectorCache,
+    scope: Scope,
+    snapshot_seq: int,
+    now_us: int,
+    vector: bytes,
+    limit: int,
+    load_after: LoadAfter,
+    check: Callable[[list[int], dict[int, EntryRow]], Awaitable[tuple[set[int], set[int]]]],
+) -> list[EntryRow]:
+    """What every backend's relevance search with a query vector returns: ``keyword`` (the
+    backend's keyword-ranked ``(seq, row)`` pairs) and ``vectors``' nearest entries, run side
+    by side, fused by reciprocal rank, at most ``limit``. ``check(seqs, found)`` is the
+    backend's check of candidates against the snapshot and the conditions, adding the rows it
+    keeps to ``found``.
+
+    :raises UpstreamUnavailableError: from any of the backend's calls.
+    """
+    keyword_rows: list[tuple[int, EntryRow]] = []
+    nearest: list[int] = []
+    found: dict[int, EntryRow] = {}  # the rows the checks kept
+
+    async def by_keywords() -> None:
+        keyword_rows.extend(await keyword())
+
+    async def by_meaning() -> None:
+        nearest.extend(
+            await vectors.nearest(
+                scope,
+                snapshot_seq=snapshot_seq,
+                now_us=now_us,
+                vector=vector,
+                count=limit,
+                load_after=load_after,
+                check=lambda seqs: check(seqs, found),
+            )
+        )
+
+    await side_by_side(by_keywords, by_meaning)  # on two of the backend's connections
+    order = fuse([seq for seq, _ in keyword_rows], nearest)[:limit]
+    found.update(keyword_rows)
+    return [found[s] for s in order]
 
 
 def _grown(array: _A, capacity: int) -> _A:
