@@ -2,10 +2,14 @@
 the admin socket (see :mod:`openwop_memory.wire.admin`).
 
 ``inspect runs`` | ``inspect run RUN_ID`` | ``inspect scopes TENANT`` | ``inspect entry ID``
-print a table (``--json``: the answer as it came). ``backup DEST`` writes a consistent,
-checked copy of a running SQLite database to the new file DEST (an absolute path, written
-by the sidecar's user) and says how long it took. ``forget TENANT SUBJECT`` removes for good
-every entry of TENANT tagged ``subject:SUBJECT`` and says how many went.
+print a table (``--json``: the answer as it came). What they print from stored data can
+hold anything a worker wrote: control characters (C0, DEL, C1) are printed escaped
+(``\\x1b``, ``\\r``, ``\\x9b``; in ``--json``, as ``\\u`` escapes), so no entry can move
+the cursor, retitle or clear the operator's terminal, or fake a line of the table.
+``backup DEST`` writes a consistent, checked copy of a running SQLite database to the new
+file DEST (an absolute path, written by the sidecar's user) and says how long it took.
+``forget TENANT SUBJECT`` removes for good every entry of TENANT tagged
+``subject:SUBJECT`` and says how many went.
 
 The admin socket is ``--admin-socket``, else ``OPENWOP_MEMORY_ADMIN_SOCKET``, else the
 ``admin_socket`` of the TOML file given by ``--config`` or ``OPENWOP_MEMORY_CONFIG``, else
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -26,6 +31,14 @@ from typing import Any
 from .cli import INSTALLED_CONFIG, ConfigFileError, socket_setting
 
 _CONTENT_WIDTH = 60
+
+# Every character a terminal may act on: C0 (tab and newline included: in a cell they would
+# break the layout), DEL and C1 (U+009B is a one-character CSI).
+_CONTROLS = [*range(0x20), *range(0x7F, 0xA0)]
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPED = {c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in _CONTROLS}
+# json.dumps escapes C0 but not DEL or C1 (with ensure_ascii off).
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f]")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -51,17 +64,33 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if "error" in answer:
         data = answer["error"].get("data") or {}
-        print(
-            f"openwop-memory: {data.get('error', 'error')}: {data.get('message', '')}",
-            file=sys.stderr,
-        )
+        error = f"{data.get('error', 'error')}: {data.get('message', '')}"
+        print(f"openwop-memory: {escape(error)}", file=sys.stderr)
         return 1
     result = answer["result"]
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        text = json.dumps(result, ensure_ascii=False, indent=2)
+        print(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
     else:
-        print(_render(args, result))
+        print(_render(args, _escaped(result)))
     return 0
+
+
+def escape(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\r``):
+    printable on a terminal as it is, whatever a worker stored."""
+    return text.translate(_ESCAPED)
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` (a JSON answer) with every string in it, keys included, :func:`escape`d."""
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {escape(k): _escaped(v) for k, v in value.items()}
+    return value
 
 
 _EPILOG = f"""\
@@ -211,8 +240,8 @@ def _entries(entries: list[dict[str, Any]]) -> str:
 
 
 def _cut(text: str) -> str:
-    one_line = text.replace("\n", "\\n")
-    return one_line if len(one_line) <= _CONTENT_WIDTH else one_line[: _CONTENT_WIDTH - 1] + "…"
+    """``text`` (escaped already: one line) cut to the content column's width."""
+    return text if len(text) <= _CONTENT_WIDTH else text[: _CONTENT_WIDTH - 1] + "…"
 
 
 def _table(columns: Sequence[str], rows: list[dict[str, Any]]) -> str:

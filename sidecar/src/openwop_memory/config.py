@@ -272,6 +272,13 @@ class Settings(BaseModel):
         le=1_000_000,
         description="open connections; one more is answered rate_limited and closed",
     )
+    max_connections_per_uid: int = Field(
+        256,
+        ge=1,
+        le=1_000_000,
+        description="open connections of one Unix user (SO_PEERCRED) on the socket, within "
+        "max_connections; one more is answered rate_limited and closed",
+    )
     idle_timeout: Seconds = Field(
         300.0,
         description="close a connection with no request in progress and no bytes received "
@@ -319,10 +326,29 @@ class Settings(BaseModel):
         description="path of a second socket (mode 0600) for the operator's admin methods "
         "(openwop-memory inspect, backup and forget); not set: none",
     )
+    max_admin_connections: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="open connections on admin_socket, apart from max_connections; one more "
+        "is answered rate_limited and closed",
+    )
     metrics_address: Annotated[str | None, BeforeValidator(_address)] = Field(
         None,
         description="host:port of an HTTP listener serving Prometheus metrics at /metrics "
         "(127.0.0.1:9464; 0.0.0.0:9464 in a pod); not set or empty: no listener",
+    )
+    metrics_max_connections: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="open connections on the metrics listener; one more is answered 503 "
+        "and closed at once",
+    )
+    metrics_render_interval: SecondsOrOff = Field(
+        1.0,
+        description="the metrics page is made at most once per this long; scrapes in between "
+        "get the last page made; 0 makes it for every scrape",
     )
 
 

@@ -9,9 +9,12 @@ it created and returns normally (exit 0); a second signal exits at once. SIGHUP 
 a systemd watchdog it pings only while its event loop and its database answer (see
 :meth:`Server._watchdog`).
 
-The accept loop survives running out of file descriptors (it backs off and tries again;
-open connections go on being served) and answers a connection beyond ``max_connections``
-with one ``rate_limited`` line before closing it.
+Every listener survives running out of file descriptors (it backs off and tries again;
+open connections go on being served: :mod:`.wire.accepting`). Each has slots of its own
+(:mod:`.wire.slots`): the workers' socket ``max_connections``, of which one Unix user holds
+at most ``max_connections_per_uid``; the admin socket ``max_admin_connections``, so that no
+worker can lock the operator out. A connection beyond its slots gets one ``rate_limited``
+line before it is closed.
 
 The components that answer requests are built by :func:`~.app.open_app`; this module only
 runs the process around them.
@@ -42,18 +45,15 @@ from .config import Settings, host_and_port
 from .errors import StartupError
 from .systemd import SystemdEnvironment, choose_listener, socket_path
 from .wire import metrics_http
-from .wire.binding import TenantBinding, peer_of
+from .wire.accepting import accept_forever
+from .wire.binding import Peer, TenantBinding, peer_of
 from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
+from .wire.slots import Refusal, Slots
 
 log = structlog.get_logger("openwop_memory.server")
 
-# accept() fails with these while the process or the system is out of descriptors (or of
-# the memory for a socket); the connection waits in the backlog until one is freed.
-_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_ACCEPT_BACKOFF_FIRST = 0.01
-_ACCEPT_BACKOFF_MAX = 1.0
 # Descriptors the process needs besides its connections: the listener, the database and
 # its companions on every SQLite connection, the event loop, logs, the secrets directory.
 _RESERVED_DESCRIPTORS = 64
@@ -82,7 +82,7 @@ async def serve(settings: Settings) -> None:
     try:
         if inherited is None:
             check_socket_path(settings.socket)
-        _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
+        _raise_descriptor_limit(descriptors_wanted(settings))
         if settings.admin_socket is not None:
             check_socket_path(settings.admin_socket)
         app = await open_app(settings)
@@ -109,6 +109,17 @@ async def serve(settings: Settings) -> None:
         await app.aclose()
         raise
     await Server(settings, app, systemd).run(listening, metrics, admin)
+
+
+def descriptors_wanted(settings: Settings) -> int:
+    """The descriptors every listener's slots together may hold, plus the process's own:
+    the limit at which the workers' socket never waits for one that another listener took."""
+    wanted = settings.max_connections + _RESERVED_DESCRIPTORS
+    if settings.admin_socket is not None:
+        wanted += settings.max_admin_connections
+    if settings.metrics_address is not None:
+        wanted += settings.metrics_max_connections
+    return wanted
 
 
 async def _listen_for_metrics(settings: Settings) -> metrics_http.MetricsListener | None:
@@ -289,7 +300,11 @@ class Server:
         self._no_connections.set()
         self._gate = FairGate()
         self._binding = TenantBinding(settings.tenant_binding)
-        self._refusing = False  # between the first refusal and the next accepted connection
+        self._slots = Slots(settings.max_connections, settings.max_connections_per_uid)
+        self._admin_slots = Slots(settings.max_admin_connections)
+        # Listeners between a refusal and their next accepted connection: one log line an
+        # episode, so that a storm does not flood the log.
+        self._refusing: set[str] = set()
 
     def request_stop(self) -> None:
         if not self._stop.is_set():
@@ -315,16 +330,33 @@ class Server:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
                 if metrics is not None:
-                    tg.start_soon(metrics_http.serve_metrics, metrics, self.app.service.metrics)
+                    limits = metrics_http.MetricsLimits(
+                        self.settings.metrics_max_connections,
+                        self.settings.metrics_render_interval,
+                    )
+                    tg.start_soon(
+                        metrics_http.serve_metrics,
+                        metrics,
+                        self.app.service.metrics,
+                        limits,
+                        self.connection_stats,
+                    )
                 secrets_directory = self.app.secrets_directory
                 if secrets_directory is not None:
                     tg.start_soon(secrets_directory.watch, self.settings.secrets_poll_interval)
                 tg.start_soon(self.app.sweeper.run)
                 async with anyio.create_task_group() as conns:
-                    conns.start_soon(self._accept, listener, conns, self.dispatcher)
+                    conns.start_soon(
+                        self._accept, listener, conns, self.dispatcher, self._slots, "workers"
+                    )
                     if admin is not None:
                         conns.start_soon(
-                            self._accept, admin.listener, conns, self.app.admin_dispatcher
+                            self._accept,
+                            admin.listener,
+                            conns,
+                            self.app.admin_dispatcher,
+                            self._admin_slots,
+                            "admin",
                         )
                     notify("READY=1")
                     watchdog = self._systemd.watchdog_interval
@@ -393,66 +425,73 @@ class Server:
         listener: anyio.abc.SocketListener,
         conns: anyio.abc.TaskGroup,
         dispatcher: Dispatcher,
+        slots: Slots,
+        name: str,
     ) -> None:
         stats = self.connection_stats
-        backoff = 0.0
-        failures = 0  # of the current episode without descriptors
-        with contextlib.suppress(anyio.ClosedResourceError):
-            while True:
-                try:
-                    stream = await listener.accept()
-                except anyio.BrokenResourceError as exc:
-                    cause = exc.__cause__
-                    if not isinstance(cause, OSError) or cause.errno not in _OUT_OF_RESOURCES:
-                        raise
-                    stats.accept_failures += 1
-                    if failures == 0:
-                        log.warning(
-                            "accept_failing",
-                            reason=errno.errorcode.get(cause.errno or 0, "unknown"),
-                            open_connections=stats.open,
-                        )
-                    failures += 1
-                    backoff = min(max(2 * backoff, _ACCEPT_BACKOFF_FIRST), _ACCEPT_BACKOFF_MAX)
-                    await anyio.sleep(backoff)
-                    continue
-                if failures:
-                    log.info("accept_resumed", failed_attempts=failures)
-                    failures, backoff = 0, 0.0
-                if stats.open >= self.settings.max_connections:
-                    await self._refuse(stream)
-                    continue
-                self._refusing = False
-                stats.open += 1
-                stats.accepted += 1
-                conns.start_soon(self._serve_connection, stream, dispatcher)
 
-    async def _refuse(self, stream: anyio.abc.SocketStream) -> None:
-        """Answer one ``rate_limited`` line (``id: null``) on a connection beyond
-        ``max_connections`` and close it, without reading anything from it."""
+        async def handle(stream: anyio.abc.SocketStream) -> None:
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
+            peer = peer_of(raw)
+            uid = None if peer is None else peer.uid
+            refusal = slots.take(uid)
+            if refusal is not None:
+                await self._refuse(stream, dispatcher, slots, name, refusal, uid)
+                return
+            self._refusing.discard(name)
+            stats.open += 1
+            stats.accepted += 1
+            conns.start_soon(self._serve_connection, stream, dispatcher, peer, slots)
+
+        await accept_forever(listener, handle, stats, name)
+
+    async def _refuse(
+        self,
+        stream: anyio.abc.SocketStream,
+        dispatcher: Dispatcher,
+        slots: Slots,
+        name: str,
+        refusal: Refusal,
+        uid: int | None,
+    ) -> None:
+        """Answer one ``rate_limited`` line (``id: null``) on a connection beyond its
+        listener's slots (or its user's share of them) and close it, reading nothing."""
         stats = self.connection_stats
         stats.refused += 1
-        if not self._refusing:
-            self._refusing = True  # one line per episode: a storm must not flood the log
-            log.warning("connections_refused", max_connections=self.settings.max_connections)
+        if name not in self._refusing:
+            self._refusing.add(name)
+            if refusal is Refusal.PEER:
+                log.warning(
+                    "connections_refused",
+                    listener=name,
+                    uid=uid,
+                    max_connections_per_uid=slots.per_peer,
+                )
+            else:
+                log.warning("connections_refused", listener=name, max_connections=slots.total)
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
         # A fresh socket's send buffer takes the short line at once; if it cannot, the
         # client is gone or broken and gets the bare close.
         with contextlib.suppress(OSError):
-            raw.send(self.dispatcher.at_capacity(REFUSAL_RETRY_AFTER_MS))
+            raw.send(dispatcher.at_capacity(REFUSAL_RETRY_AFTER_MS))
         await stream.aclose()
 
     async def _serve_connection(
-        self, stream: anyio.abc.SocketStream, dispatcher: Dispatcher
+        self,
+        stream: anyio.abc.SocketStream,
+        dispatcher: Dispatcher,
+        peer: Peer | None,
+        slots: Slots,
     ) -> None:
         settings = self.settings
         stats = self.connection_stats
         take_line = dispatcher.take_line
+        uid = None if peer is None else peer.uid
         try:
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
             # Tenant binding governs the workers' socket; the admin socket is the operator's.
             if self._binding.active and dispatcher is self.dispatcher:
-                tenants = self._binding.tenants_for(peer_of(raw))
+                tenants = self._binding.tenants_for(peer)
                 take_line = functools.partial(dispatcher.take_line, tenants=tenants)
             conn = Connection(
                 take_line,
@@ -470,6 +509,7 @@ class Server:
             await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=raw)
         except BaseException:
             stats.open -= 1
+            slots.give_back(uid)
             raise
         self._connections.add(conn)
         self._no_connections = anyio.Event()
@@ -483,6 +523,7 @@ class Server:
                 await self._close(conn)
             finally:
                 stats.open -= 1
+                slots.give_back(uid)
                 self._connections.discard(conn)
                 if not self._connections:
                     self._no_connections.set()

@@ -9,7 +9,8 @@ What one connection may cost is bounded (:class:`ConnectionLimits`): while its u
 answers exceed ``max_unsent_answer_bytes`` no further request is read (reading resumes
 once half of them are read), at most ``max_pipelined`` requests are in progress, a line
 waiting for its newline longer than ``partial_line_timeout`` closes the connection without
-an answer, and so does ``idle_timeout`` without a request in progress or a byte received.
+an answer, and so does ``idle_timeout`` without a request in progress or a byte received
+(blank lines and whitespace do not count).
 Every line waits its turn at the shared :class:`~.fairness.FairGate`, so one connection's
 flood cannot crowd the others out of the event loop.
 
@@ -232,8 +233,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._stopped:
             return
-        now = self._loop.time()
-        self._last_activity = now
+        # Blank lines are no request: a trickle of them must not keep an idle connection
+        # open (the bytes of an unfinished line are bounded by partial_line_timeout).
+        if not data.isspace():
+            self._last_activity = self._loop.time()
         complete = b"\n" in data
         if complete:
             self._line_started = None
