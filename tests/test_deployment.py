@@ -29,6 +29,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from openwop_memory.config import Settings, host_and_port, load_settings
+from openwop_memory.server import descriptors_wanted
 from packaging.requirements import Requirement
 from support.deploy_tools import ensure_deploy_tools
 from support.sidecar import RawClient, Sidecar, unmeasured
@@ -407,6 +409,70 @@ def test_the_sidecar_s_probes_and_resources_fit(name: str, measured: Measured) -
     )
     connections = int(env["OPENWOP_MEMORY_MAX_CONNECTIONS"]) * per_connection
     assert limit >= measured.load.peak_rss_mib * _MEBI + keyrings + connections
+
+
+# The smallest soft descriptor limit a container runtime gives (most give 1048576).
+_CONTAINER_DESCRIPTORS = 1024
+# Probes that may run at once as the sidecar's user: startup, readiness, liveness.
+_PROBES = 3
+
+
+def manifest_settings(container: dict[str, Any]) -> Settings:
+    """The sidecar's settings as a container's literal ``OPENWOP_MEMORY_*`` values make
+    them (a value from a Secret keeps its default)."""
+    return load_settings({}, environ=_env(container))
+
+
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_the_manifest_keeps_the_sidecar_s_listeners_to_their_parties(name: str) -> None:
+    """No API token in the Pod; the metrics port admitted only from labelled monitoring
+    Pods; the listeners' slots together far below the container's descriptor limit, with
+    the worker's user unable to take the probes' slots; and a PostgreSQL URL shown with
+    ``sslmode=verify-full`` and its CA mounted in the sidecar."""
+    documents = _documents(name)
+    (workload,) = [d for d in documents if d["kind"] in ("Deployment", "StatefulSet")]
+    pod = workload["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    sidecar = _sidecar(workload)
+    settings = manifest_settings(sidecar)
+    assert settings.metrics_address is not None
+    port = host_and_port(settings.metrics_address)[1]
+
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    (policy,) = [
+        d
+        for d in documents
+        if d["kind"] == "NetworkPolicy"
+        and d["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    ]
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    admitted = set()
+    for rule in policy["spec"]["ingress"]:
+        assert rule["from"], "a rule without `from` admits every source"
+        for source in rule["from"]:
+            assert "ipBlock" not in source
+            assert source["namespaceSelector"]["matchLabels"], "every namespace"
+            assert source["podSelector"]["matchLabels"], "every Pod of the namespace"
+        admitted |= {(p["protocol"], p["port"]) for p in rule["ports"]}
+    assert admitted == {("TCP", port)}
+
+    assert "OPENWOP_MEMORY_METRICS_MAX_CONNECTIONS" in _env(sidecar)
+    assert descriptors_wanted(settings) <= _CONTAINER_DESCRIPTORS // 4
+    assert settings.max_connections_per_uid <= settings.max_connections - _PROBES
+    worker = next(c for c in pod["containers"] if c["name"] == "worker")
+    assert worker["securityContext"]["runAsUser"] != pod["securityContext"]["runAsUser"]
+
+    urls = re.findall(r"postgresql://\S+?(?='|\s)", (ROOT / "kubernetes" / name).read_text())
+    for url in urls:
+        assert "sslmode=verify-full" in url, url
+        match = re.search(r"sslrootcert=([^&']+)", url)
+        assert match is not None, url
+        directory = os.path.dirname(match.group(1))
+        (mount,) = [m for m in sidecar["volumeMounts"] if m["mountPath"] == directory]
+        assert mount.get("readOnly") is True
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert "configMap" in volume or "secret" in volume
+    assert bool(urls) == (name == "fleet-postgresql.yaml")
 
 
 # -- the image ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import configparser
 import inspect
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 
 import pytest
 from openwop_memory.cli import _health_parser
-from openwop_memory.config import Settings
+from openwop_memory.config import Settings, load_settings
+from openwop_memory.server import descriptors_wanted
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.systemd import WORKER_SOCKET_NAMES
 from openwop_memory.wire.access_log import CLIENT_ERROR_LINES_PER_SECOND
@@ -243,6 +245,49 @@ def test_the_kubernetes_page_quotes_the_fleet() -> None:
     _says(page, f"Timeouts are shortened ({connect} s to connect, {command} s a statement)")
     liveness = _health_timeout(_sidecar(fleet)["livenessProbe"])
     _says(page, f"the liveness probe waits {_g(liveness)} s, longer than both")
+
+
+def test_the_kubernetes_page_quotes_the_listeners_bounds() -> None:
+    """The metrics policy, the listeners' slots and the descriptor sum the page states are
+    the manifests' (every manifest alike), and the fleet's URL is shown verified."""
+    page = KUBERNETES / "README.md"
+    workloads = _workloads()
+    envs = {name: _env(_sidecar(w)) for name, w in workloads.items()}
+
+    def one(variable: str) -> str:
+        (value,) = {env[variable] for env in envs.values()}
+        return value
+
+    metrics_cap = one("OPENWOP_MEMORY_METRICS_MAX_CONNECTIONS")
+    per_uid = one("OPENWOP_MEMORY_MAX_CONNECTIONS_PER_UID")
+    total = int(one("OPENWOP_MEMORY_MAX_CONNECTIONS"))
+    port = one("OPENWOP_MEMORY_METRICS_ADDRESS").rpartition(":")[2]
+    policies = [d for name in MANIFESTS for d in _documents(name) if d["kind"] == "NetworkPolicy"]
+    assert len(policies) == len(MANIFESTS)
+    (source,) = {
+        json.dumps(rule["from"], sort_keys=True) for p in policies for rule in p["spec"]["ingress"]
+    }
+    (peer,) = json.loads(source)
+    ((pod_label, pod_value),) = peer["podSelector"]["matchLabels"].items()
+    (namespace,) = peer["namespaceSelector"]["matchLabels"].values()
+    _says(
+        page,
+        f"admits TCP {port} only from Pods labelled `{pod_label}: {pod_value}` in the namespace "
+        f"`{namespace}`",
+    )
+    _says(page, f"`OPENWOP_MEMORY_METRICS_MAX_CONNECTIONS` ({metrics_cap} here) connections")
+    wanted = {descriptors_wanted(load_settings({}, environ=env)) for env in envs.values()}
+    (sum_,) = wanted
+    _says(
+        page,
+        f"its {total} worker connections (`max_connections`), {metrics_cap} scrapes and "
+        f"{sum_ - total - int(metrics_cap)} of its own (the database, the loop, logs), "
+        f"{sum_} in all",
+    )
+    _says(page, f"Of the {total}, the worker's user holds at most {per_uid}")
+    _says(page, "every Pod sets `automountServiceAccountToken: false`")
+    shown = re.findall(r"postgresql://\S+?(?=')", page.read_text())
+    assert shown and all("sslmode=verify-full&sslrootcert=" in url for url in shown), shown
 
 
 def test_the_kubernetes_page_quotes_the_resources() -> None:
