@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import random
 import sys
 from collections import Counter
@@ -33,10 +34,10 @@ import orjson
 from bench import attackers
 from bench.attackers import answer_kind, request_line
 from bench.lean_client import LeanClient, ProtocolFailure, RpcError
-from bench.measure import BenchFailure, Errors, Op, percentile, pipelined
+from bench.measure import BenchFailure, percentile
 from bench.proc import Memory, ServerProcess
 from bench.report import SuiteResult, Table
-from bench.sidecar_bench import Content, SidecarBenchConfig, SidecarUnderTest
+from bench.sidecar_bench import Content, SidecarBenchConfig, SidecarUnderTest, source_version
 
 TITLE = "under attack: one bystander's gets while another party attacks (fresh sidecar a row)"
 COLUMNS = (
@@ -114,15 +115,15 @@ class AttackBenchConfig:
 
     @classmethod
     def quick(cls, workdir: Path, **overrides: Any) -> AttackBenchConfig:
-        return cls(
-            workdir=workdir,
-            scale=Scale.quick(),
-            seconds=0.5,
-            grace=1.0,
-            settle=0.2,
-            bystander_warmup=50,
-            **overrides,
-        )
+        """Smoke-run sizes and lengths; ``overrides`` win over both."""
+        small: dict[str, Any] = {
+            "scale": Scale.quick(),
+            "seconds": 0.5,
+            "grace": 1.0,
+            "settle": 0.2,
+            "bystander_warmup": 50,
+        }
+        return cls(workdir=workdir, **(small | overrides))
 
 
 def _memory(server: ServerProcess) -> Memory | None:
@@ -294,27 +295,51 @@ async def _metrics_port(row: Row) -> dict[str, Any]:
     raise BenchFailure("the sidecar logged no metrics_listening line")
 
 
-async def _fill(row: Row, tenant: str, count: int, content: Callable[[], str]) -> str:
-    """``count`` entries put into a new scope of ``tenant`` (pipelined); returns its ref.
+async def _put_until_stored(client: LeanClient, params: dict[str, Any]) -> None:
+    """One put, sent again after ``retryAfterMs`` while it is ``rate_limited`` (a sidecar
+    hardened against some attack may bound a setup's pace too).
 
-    :raises BenchFailure: a put failed.
+    :raises BenchFailure: any other refusal, or still refused after a minute.
+    """
+    for _ in range(600):
+        try:
+            await client.call("memory.put", params)
+            return
+        except RpcError as exc:
+            if exc.code != "rate_limited":
+                raise BenchFailure(f"a setup put was refused: {exc}") from None
+            details = exc.error.get("data", {}).get("details", {})
+            await asyncio.sleep(min(1.0, max(0.01, details.get("retryAfterMs", 100) / 1000)))
+    raise BenchFailure("a setup put was refused rate_limited for a minute")
+
+
+async def _fill(row: Row, tenant: str, count: int, content: Callable[[], str]) -> str:
+    """``count`` entries put into a new scope of ``tenant``, 4 connections with 8 in flight
+    on each; returns its ref.
+
+    :raises BenchFailure: a put was refused.
     """
     socket = row.sidecar.socket_path
     writer = f"{tenant}-writer"
     async with await LeanClient.connect(socket) as setup:
-        ref = str(
-            (await setup.call("memory.issueRef", {"tenant": tenant, "agent": "a"}))["memoryRef"]
-        )
+        issued = await setup.call("memory.issueRef", {"tenant": tenant, "agent": "a"})
+        ref = str(issued["memoryRef"])
         await setup.call("run.begin", {"runId": writer, "tenant": tenant})
-    errors = Errors()
-    op = Op(
-        "memory.put",
-        lambda: {"runId": writer, "memoryRef": ref, "entry": {"content": content()}},
-        lambda _, entry: None if isinstance(entry, dict) and "id" in entry else str(entry)[:100],
-    )
-    await pipelined(socket, op, count=count, connections=4, window=16, phase="setup", errors=errors)
-    if errors.total:
-        raise BenchFailure(f"setting up {tenant}'s scope failed: {errors.samples}")
+    clients = [await LeanClient.connect(socket, pipelined=True) for _ in range(4)]
+    remaining = count
+
+    async def worker(client: LeanClient) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            entry = {"content": content()}
+            await _put_until_stored(client, {"runId": writer, "memoryRef": ref, "entry": entry})
+
+    try:
+        await asyncio.gather(*(worker(c) for c in clients for _ in range(8)))
+    finally:
+        for client in clients:
+            await client.close()
     return ref
 
 
@@ -675,12 +700,16 @@ async def run(config: AttackBenchConfig) -> SuiteResult:
 
     :raises BenchFailure: a row could not be measured (see :func:`run_row`).
     """
+    source = source_version()  # before the sidecars start: what they import
+    load_before = os.getloadavg()[0]
     rows = [await run_row(config, attack, n) for n, attack in enumerate(attacks(config))]
     notes = [
+        f"under attack: sidecar source {source}; 1-min load average {load_before:.2f} before,"
+        f" {os.getloadavg()[0]:.2f} after",
         f"under attack: each attack {config.seconds:g} s (+{config.grace:g} s for answers"
         f" in flight), RSS after {config.settle:g} s more; each row a fresh sidecar with a soft"
         f" descriptor limit of {config.nofile} and --drain-timeout 1s; row 5 with"
         f" --max-open-runs {config.scale.max_open_runs}, row 12 with --semantic-search false;"
-        " p99 / alone p99 against the first row, same run"
+        " p99 / alone p99 against the first row, same run",
     ]
     return SuiteResult(notes=notes, tables=[table(rows)])

@@ -335,7 +335,7 @@ class _Workload:
         return Op("memory.list", lambda: params, check)
 
 
-def _source_version() -> str:
+def source_version() -> str:
     """The git commit the sidecar is run from, and whether its tree differs (best effort)."""
     root = Path(__file__).resolve().parents[1]
     try:
@@ -443,7 +443,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
     errors = Errors()
     rng = random.Random(config.seed)
     # Taken before the sidecar starts: it is what the process imports (others may commit later).
-    source = _source_version()
+    source = source_version()
     load_before = os.getloadavg()[0]
     clock = _Clock()
     cpus = usable_cpus()

@@ -261,3 +261,21 @@ def test_several_runs_print_min_max_and_how_often_each_target_passed(
     assert lines[2].endswith("PASS 2/3 / -")
     assert " 30 " in lines[3]
     assert "-" not in lines[3].split()[2]  # one value, not a range
+
+
+def test_the_attack_table_takes_refusals_as_outcomes() -> None:
+    """Against a sidecar that refuses the attackers (small limits set by flags, standing in
+    for the fixes of issue 20), the table still comes out whole, each refusal counted in
+    its row's outcome, not raised."""
+    proc = run_bench(
+        *("--quick", "--json", "--only", "attack", "--attack-seconds", "0.5"),
+        "--sidecar-arg=--max-connections=50",
+        "--sidecar-arg=--max-inflight=3",
+        "--sidecar-arg=--max-run-secret-bytes=1024",
+    )
+    rows = json.loads(proc.stdout.splitlines()[-1])["tables"][ATTACK_TITLE]
+    check_attack_table(proc.stdout, rows)
+    outcome = {row["attack"].split(" ")[0]: row["outcome"] for row in rows}
+    assert "rate_limited" in outcome["5"], outcome  # more than 3 begins in flight
+    assert "rate_limited" in outcome["6"], outcome  # past 50 connections
+    assert "begin validation_error" in outcome["8"], outcome  # 16 KiB of secrets
