@@ -23,7 +23,6 @@ import math
 import os
 import random
 import sys
-from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,10 @@ import orjson
 
 from bench import attackers
 from bench.attackers import answer_kind, request_line
-from bench.lean_client import LeanClient, ProtocolFailure, RpcError
+from bench.bystander import Bystander, Gets
+from bench.lean_client import LeanClient, RpcError
 from bench.measure import BenchFailure, percentile
-from bench.proc import Memory, ServerProcess
+from bench.proc import ServerProcess
 from bench.report import SuiteResult, Table
 from bench.sidecar_bench import Content, SidecarBenchConfig, SidecarUnderTest, source_version
 
@@ -50,7 +50,6 @@ COLUMNS = (
     ("RSS after MiB", "rssAfterMiB"),
     ("attacker outcome", "outcome"),
 )
-BYSTANDER = "bystander"
 COMMON_WORD = "zebra"  # every entry of the other tenant's scope holds it
 ABSENT_WORD = "quokka"  # no entry holds it
 KIB_PER_MIB = 1024.0
@@ -126,135 +125,8 @@ class AttackBenchConfig:
         return cls(workdir=workdir, **(small | overrides))
 
 
-def _memory(server: ServerProcess) -> Memory | None:
-    """The server's memory, or None once it has exited."""
-    if server.proc is None or server.proc.poll() is not None:
-        return None
-    try:
-        return server.memory()
-    except (OSError, KeyError, ValueError):
-        return None
-
-
 def _mib(kib: int | None) -> float:
     return math.nan if kib is None else kib / KIB_PER_MIB
-
-
-@dataclass
-class Gets:
-    latencies: list[float] = field(default_factory=list)  # seconds of the gets served
-    problems: Counter[str] = field(default_factory=Counter)  # error codes, timeouts, drops
-
-
-class Bystander:
-    """A tenant minding its own business: a scope of its own, a run begun after its puts,
-    and one connection doing gets of its entries."""
-
-    RUN = "bystander-reader"
-
-    def __init__(self, sidecar: SidecarUnderTest, timeout: float, rng: random.Random) -> None:
-        self.sidecar = sidecar
-        self.timeout = timeout
-        self.rng = rng
-        self.ref = ""
-        self.ids: list[str] = []
-        self.client: LeanClient | None = None
-
-    async def setup(self, entries: int, warmup: int) -> None:
-        """Its scope of ``entries`` entries, its run, and ``warmup`` gets unmeasured.
-
-        :raises RpcError: the sidecar refused the setup.
-        """
-        socket = self.sidecar.socket_path
-        async with await LeanClient.connect(socket) as setup:
-            issued = await setup.call("memory.issueRef", {"tenant": BYSTANDER, "agent": "a"})
-            self.ref = issued["memoryRef"]
-            await setup.call("run.begin", {"runId": "bystander-writer", "tenant": BYSTANDER})
-            content = Content(self.rng, 300)
-            for _ in range(entries):
-                params = {"runId": "bystander-writer", "memoryRef": self.ref}
-                entry = await setup.call("memory.put", {**params, "entry": content.next_entry()})
-                self.ids.append(entry["id"])
-        self.client = await LeanClient.connect(socket)
-        await self.client.call("run.begin", {"runId": self.RUN, "tenant": BYSTANDER})
-        for _ in range(warmup):
-            params = {"runId": self.RUN, "memoryRef": self.ref, "id": self.rng.choice(self.ids)}
-            await self.client.call("memory.get", params)
-
-    def alive(self) -> bool:
-        return _memory(self.sidecar.process) is not None
-
-    async def gets(self, stop: asyncio.Event) -> Gets:
-        """Gets one after another until ``stop``; a get that takes longer than ``timeout``
-        counts as that long, and the next goes on a new connection, as does one after the
-        connection broke. Ends early if the sidecar exits."""
-        done = Gets()
-        while not stop.is_set() and self.client is not None:
-            params = {"runId": self.RUN, "memoryRef": self.ref, "id": self.rng.choice(self.ids)}
-            started = asyncio.get_running_loop().time()
-            try:
-                entry = await asyncio.wait_for(self.client.call("memory.get", params), self.timeout)
-            except TimeoutError:
-                done.latencies.append(self.timeout)
-                done.problems["timeout"] += 1
-                await self._reconnect(stop, done)
-                continue
-            except RpcError as exc:
-                done.problems[exc.code] += 1
-                await asyncio.sleep(0.001)  # not a busy loop on refusals
-                continue
-            except (ProtocolFailure, OSError, ValueError):
-                done.problems["dropped"] += 1
-                if not self.alive():
-                    return done
-                await self._reconnect(stop, done)
-                continue
-            elapsed = asyncio.get_running_loop().time() - started
-            if isinstance(entry, dict) and entry.get("id") == params["id"]:
-                done.latencies.append(elapsed)
-            else:
-                done.problems["wrong answer"] += 1
-        return done
-
-    async def _reconnect(self, stop: asyncio.Event, done: Gets) -> None:
-        """A new connection, retried until ``stop`` or the sidecar's exit (then none)."""
-        await self.close()
-        while not stop.is_set() and self.alive():
-            try:
-                self.client = await asyncio.wait_for(
-                    LeanClient.connect(self.sidecar.socket_path), self.timeout
-                )
-                return
-            except OSError:  # TimeoutError included
-                done.problems["reconnect failed"] += 1
-                await asyncio.sleep(0.1)
-
-    async def begin(self, run: str) -> None:
-        """Another run of the bystander's tenant, left open.
-
-        :raises RpcError: the sidecar refused it.
-        """
-        assert self.client is not None
-        await self.client.call("run.begin", {"runId": run, "tenant": BYSTANDER})
-
-    async def put(self, run: str) -> str:
-        """A put into its scope on its open run ``run``: ``ok``, or the error code."""
-        if self.client is None:
-            return "no connection"
-        params = {"runId": run, "memoryRef": self.ref, "entry": {"content": "still here"}}
-        try:
-            await asyncio.wait_for(self.client.call("memory.put", params), self.timeout)
-        except RpcError as exc:
-            return exc.code
-        except (ProtocolFailure, OSError, ValueError) as exc:
-            return type(exc).__name__
-        return "ok"
-
-    async def close(self) -> None:
-        if self.client is not None:
-            with contextlib.suppress(OSError, TimeoutError):
-                await asyncio.wait_for(self.client.close(), 1.0)
-            self.client = None
 
 
 @dataclass
@@ -511,7 +383,7 @@ class RowResult:
 async def _watch_peak(server: ServerProcess, stop: asyncio.Event, peak: list[int]) -> None:
     """RSS sampled until ``stop``, the highest kept in ``peak[0]``: the peak when VmHWM
     cannot be reset, or cannot be read because the sidecar died."""
-    while not stop.is_set() and (memory := _memory(server)) is not None:
+    while not stop.is_set() and (memory := server.memory_if_alive()) is not None:
         peak[0] = max(peak[0], memory.rss_kib)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.05)
@@ -631,7 +503,7 @@ async def _attacked(row: Row, attack: Attack, params: dict[str, Any]) -> tuple[G
             task.cancel()
         if attacker is not None:
             await attacker.stop()
-    memory = _memory(server)
+    memory = server.memory_if_alive()
     if reset and memory is not None:
         peak[0] = max(peak[0], memory.peak_kib)
     return gets, peak[0], outcome
@@ -660,7 +532,7 @@ async def run_row(config: AttackBenchConfig, attack: Attack, n: int) -> RowResul
             if attack.after is not None and bystander.alive():
                 notes.append(await attack.after(row))
             await asyncio.sleep(config.settle)
-            after = _memory(sidecar.process)
+            after = sidecar.process.memory_if_alive()
         finally:
             await bystander.close()
     if gets.problems:

@@ -110,6 +110,15 @@ class ServerProcess:
                 fields[name] = int(value.split()[0])  # always reported in kB
         return Memory(fields["VmRSS"], fields["VmHWM"])
 
+    def memory_if_alive(self) -> Memory | None:
+        """:meth:`memory`, or None once the process has exited (or was never started)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            return self.memory()
+        except (OSError, KeyError, ValueError):
+            return None
+
     def reset_peak(self) -> bool:
         """Start :meth:`memory`'s ``peak_kib`` (VmHWM) again from the present RSS, so that it
         is the peak of what follows; False where the kernel does not allow it."""
