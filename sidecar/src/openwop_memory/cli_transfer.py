@@ -105,23 +105,14 @@ async def _run(args: argparse.Namespace, settings: Settings) -> str:
 
 async def _import_rules(settings: Settings) -> ImportRules:
     """What a put under ``settings`` applies, with ``secrets_dir``'s secrets loaded."""
-    import anyio.to_thread
-
+    from .app import load_secrets_directory
+    from .errors import StartupError
     from .transfer import ImportRules
 
-    host = None
-    if settings.secrets_dir is not None:
-        from pathlib import Path
-
-        from .service.secrets_directory import SecretsDirectory
-
-        host = SecretsDirectory(Path(settings.secrets_dir))
-        try:
-            await anyio.to_thread.run_sync(host.reload)
-        except OSError as exc:
-            raise _Failed(
-                f"cannot read secrets_dir {settings.secrets_dir}: {exc.strerror}"
-            ) from None
+    try:
+        host = await load_secrets_directory(settings)
+    except StartupError as exc:
+        raise _Failed(str(exc)) from None
     return ImportRules(
         max_entry_size_bytes=settings.max_entry_size_bytes,
         redaction=settings.redaction,
