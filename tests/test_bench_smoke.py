@@ -101,6 +101,8 @@ RELEVANCE = [
     "relevance list(100) p50, hybrid, a common word",
     "relevance list(100) p50, keywords only, a common word",
     "first relevance list of the scope (loads its vectors)",
+    "search cost p50, empty scope, a word common in another tenant",
+    "search cost p50, empty scope, a word nobody wrote",
     "disk per 100k entries of 40 words (SQLite file)",
     "disk per 100k entries: full-text index",
     "disk per 100k entries: vectors",

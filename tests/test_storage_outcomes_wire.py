@@ -4,6 +4,7 @@ storage stopped raising them (message, code and ``details``, nothing more)."""
 from __future__ import annotations
 
 import pytest
+from openwop_memory.storage import sqlite_schema
 from support.backends import selected
 from support.schemas import check_envelope
 from support.sidecar import RawClient, RpcError
@@ -62,7 +63,8 @@ def test_health_shows_the_storage_record_as_before(rpc: RawClient) -> None:
     }
     assert storage["problems"] == []
     assert storage["backend"] == "sqlite" and storage["journalMode"] == "wal"
-    assert storage["synchronous"] == "NORMAL" and storage["schemaVersion"] == 3
+    assert storage["synchronous"] == "NORMAL"
+    assert storage["schemaVersion"] == sqlite_schema.LATEST_VERSION
     before = storage["commitSeq"]
     rpc.call("run.begin", runId="r", tenant="t")
     assert rpc.call("sidecar.health")["storage"]["commitSeq"] > before

@@ -32,7 +32,7 @@ from .wire.admin import ADMIN_METHODS
 from .wire.dispatch import Dispatcher
 
 if TYPE_CHECKING:
-    # Imported when secrets_dir is set (see _load_secrets_directory): most sidecars have none.
+    # Imported when secrets_dir is set (see load_secrets_directory): most sidecars have none.
     from .service.secrets_directory import SecretsDirectory
 
 
@@ -76,7 +76,7 @@ async def open_app(settings: Settings) -> App:
         URL, or the database cannot be used (see
         :meth:`~openwop_memory.storage.base.Storage.open`).
     """
-    secrets_directory = await _load_secrets_directory(settings)
+    secrets_directory = await load_secrets_directory(settings)
     storage = _create_storage(settings)
     try:
         await storage.open()
@@ -145,7 +145,7 @@ def _create_storage(settings: Settings) -> Storage:
         raise StartupError(str(exc)) from None
 
 
-async def _load_secrets_directory(settings: Settings) -> SecretsDirectory | None:
+async def load_secrets_directory(settings: Settings) -> SecretsDirectory | None:
     """The secrets of ``secrets_dir``, read once so that the first put already sees them;
     None when the setting is not set. A missing directory loads empty (with a warning).
 

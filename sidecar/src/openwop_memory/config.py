@@ -459,6 +459,8 @@ def _database_hint(value: Any) -> str:
     """A suggestion for a ``database`` value that is a bare file path."""
     if not isinstance(value, str) or "://" in value or not value.strip():
         return ""
+    if "@" in value:  # user[:password]@host: a URL without its scheme, never echoed
+        return "; a PostgreSQL database is written postgresql://user:password@host/db"
     # sqlite:/// + the path: an absolute path keeps its slash, hence four.
     return f"; for a SQLite file write sqlite:///{value}"
 

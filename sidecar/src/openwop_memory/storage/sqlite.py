@@ -164,6 +164,56 @@ def _where_sql(where: ListFilter | None, params: dict[str, Any]) -> str:
     return sql
 
 
+def _keyword_query(
+    scope: Scope,
+    snapshot: Snapshot,
+    now_us: int,
+    terms: Sequence[str],
+    limit: int,
+    tag: str | None,
+    max_tokens: int | None,
+    where: ListFilter | None,
+) -> tuple[str, dict[str, Any]]:
+    """The statement of a keyword search (see :meth:`Storage.search`) and its parameters;
+    each row is an entry's ``seq`` and its columns, best first. ``terms`` is not empty."""
+    params: dict[str, Any] = {
+        "tenant": scope.tenant,
+        "key": scope.key,
+        "snap": cast(int, snapshot),
+        "now": now_us,
+        "limit": limit,
+        "tag": tag,
+        "max_tokens": max_tokens,
+    }
+    # One index lookup per term, each as a quoted FTS5 string (a term is letters, digits
+    # and underscores only, so no query syntax reaches FTS5), ANDed with the scope's
+    # column: FTS5 then reads the scope's doclist and only seeks into the term's, so
+    # another tenant's use of the word costs this search nothing. A scope not stored yet
+    # matches scope_pk 0, which no scope has.
+    matches = []
+    for number, term in enumerate(terms):
+        params[f"t{number}"] = f'"{term}"'
+        matches.append(
+            f"SELECT rowid, {number} FROM entries_fts WHERE entries_fts MATCH"
+            " ('scope_pk : ' || (SELECT coalesce(max(scope_pk), 0) FROM scopes"
+            f" WHERE tenant = :tenant AND key = :key) || ' AND content : ' || :t{number})"
+        )
+    sql = (
+        f"WITH m (seq, term) AS ({' UNION ALL '.join(matches)}),"
+        # CROSS JOIN keeps the matches as the outer loop: otherwise the planner may read
+        # the whole scope and look each entry up among the matches.
+        " v (seq, term) AS (SELECT m.seq, m.term FROM m CROSS JOIN entries e ON e.seq = m.seq"
+        f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
+        " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
+        f" AND t.seq = e.seq)){_where_sql(where, params)}),"
+        f" {_SCORES}"
+        f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+        " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
+        " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
+    )
+    return sql, params
+
+
 def _row(r: Any) -> EntryRow:
     """An entry from a row of :data:`_ENTRY_COLUMNS`."""
     entry_id, content, tags_json, created_us, expires_us, tokens = r
@@ -666,36 +716,7 @@ class SqliteStorage:
         """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
         if not terms:
             return []
-        params: dict[str, Any] = {
-            "tenant": scope.tenant,
-            "key": scope.key,
-            "snap": cast(int, snapshot),
-            "now": now_us,
-            "limit": limit,
-            "tag": tag,
-            "max_tokens": max_tokens,
-        }
-        # One index lookup per term, each as a quoted FTS5 string (a term is letters,
-        # digits and underscores only, so no query syntax reaches FTS5).
-        matches = []
-        for number, term in enumerate(terms):
-            params[f"t{number}"] = f'"{term}"'
-            matches.append(
-                f"SELECT rowid, {number} FROM entries_fts WHERE entries_fts MATCH :t{number}"
-            )
-        sql = (
-            f"WITH m (seq, term) AS ({' UNION ALL '.join(matches)}),"
-            # CROSS JOIN keeps the matches as the outer loop: otherwise the planner may
-            # read the whole scope and look each entry up among the matches.
-            " v (seq, term) AS (SELECT m.seq, m.term FROM m CROSS JOIN entries e ON e.seq = m.seq"
-            f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
-            " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
-            f" AND t.seq = e.seq)){_where_sql(where, params)}),"
-            f" {_SCORES}"
-            f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
-            " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
-            " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
-        )
+        sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
         return [(r[0], _row(r[1:])) for r in rows]

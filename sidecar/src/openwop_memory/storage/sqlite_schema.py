@@ -19,6 +19,14 @@ computed from the redacted content at its put when the embedding model is instal
 NULL (entries written before stay NULL and rank by keywords only). It lives in the entry's
 row, so a delete, sweep or purge of the row removes it, overwritten as ``secure_delete``
 overwrites the rest of the row.
+
+Version 4 makes the full-text index scope-aware: ``entries_fts`` indexes the entry's
+``scope_pk`` as a column beside its content, and a search matches ``scope_pk : N AND
+content : "term"``. FTS5 walks the scope's own doclist and seeks into the term's at those
+rows only, so a search costs what its scope holds, not what every tenant's memory holds
+(before, a word common in another tenant's memory made an empty scope's search read that
+tenant's whole doclist: a CPU amplifier and a word-frequency oracle across tenants). The
+relevance statistics were already the scope's (see ``_SCORES`` in ``sqlite.py``).
 """
 
 from __future__ import annotations
@@ -123,6 +131,28 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (3, ["ALTER TABLE entries ADD COLUMN embedding BLOB"]),
+    (
+        4,
+        [
+            "DROP TRIGGER entries_fts_insert",
+            "DROP TRIGGER entries_fts_delete",
+            "DROP TABLE entries_fts",
+            # scope_pk is read from the content table like content: the integer as one token.
+            """CREATE VIRTUAL TABLE entries_fts USING fts5 (
+                scope_pk, content, content = 'entries', content_rowid = 'seq',
+                tokenize = 'porter unicode61 remove_diacritics 2'
+            )""",
+            """CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries BEGIN
+                INSERT INTO entries_fts (rowid, scope_pk, content)
+                VALUES (new.seq, new.scope_pk, new.content);
+            END""",
+            """CREATE TRIGGER entries_fts_delete AFTER DELETE ON entries BEGIN
+                INSERT INTO entries_fts (entries_fts, rowid, scope_pk, content)
+                VALUES ('delete', old.seq, old.scope_pk, old.content);
+            END""",
+            "INSERT INTO entries_fts (entries_fts) VALUES ('rebuild')",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
