@@ -71,17 +71,23 @@ class AnswerPacer:
         # runs, so the next holder sees it counted as unread.
         self.unbounded = asyncio.Lock()
 
-    def fits(self) -> bool:
-        """Whether the unread answers fit the budget now (:meth:`ready` would not wait)."""
-        return self._connection.unsent_fits()
+    def fits(self, reserve: int = 0) -> bool:
+        """Whether the unread answers, and ``reserve`` bytes more, fit the budget now
+        (:meth:`ready` would not wait)."""
+        return self._connection.unsent_fits(reserve)
 
-    async def ready(self) -> None:
-        """Return once the unread answers fit the budget.
+    async def ready(self, reserve: int = 0) -> None:
+        """Return once the unread answers, and ``reserve`` bytes more, fit the budget
+        (``reserve`` at most half of it: the transport wakes us at half).
 
         :raises ConnectionResetError: the client left.
         """
-        if not self._connection.unsent_fits():
+        while not self._connection.unsent_fits(reserve):
             await self._connection.drain()
+
+    def room(self) -> int:
+        """What the unread answers leave of the budget, in bytes (0 when over it)."""
+        return self._connection.unsent_room()
 
 
 class Connection(asyncio.Protocol):
@@ -178,16 +184,23 @@ class Connection(asyncio.Protocol):
                 await asyncio.wait_for(asyncio.shield(self._closed), grace)
         transport.abort()
 
-    def unsent_fits(self) -> bool:
-        """Whether the answers the client has not read fit ``max_unsent_answer_bytes``."""
+    def unsent_fits(self, reserve: int = 0) -> bool:
+        """Whether the answers the client has not read, and ``reserve`` bytes more, fit
+        ``max_unsent_answer_bytes``."""
         transport = self._transport
         return (
             transport is None
-            or transport.get_write_buffer_size() <= self._limits.max_unsent_answer_bytes
+            or transport.get_write_buffer_size() + reserve <= self._limits.max_unsent_answer_bytes
         )
 
+    def unsent_room(self) -> int:
+        """What the answers the client has not read leave of ``max_unsent_answer_bytes``."""
+        transport = self._transport
+        unsent = 0 if transport is None else transport.get_write_buffer_size()
+        return max(0, self._limits.max_unsent_answer_bytes - unsent)
+
     async def drain(self) -> None:
-        """Return once the transport's unread answers are back under its low-water mark.
+        """Return once the transport's unread answers are at most half the budget.
 
         :raises ConnectionResetError: the client left (before or while we waited).
         """
@@ -204,8 +217,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have the methods without subclassing asyncio.Transport.
         self._transport = transport = cast(asyncio.Transport, transport)
-        budget = self._limits.max_unsent_answer_bytes
-        transport.set_write_buffer_limits(high=budget, low=budget // 2)
+        # One mark at half the budget: while writing is not paused the unread answers are
+        # at most half of it, so a wait for room for an answer of up to that much (see
+        # AnswerPacer.ready) always has a wake-up coming.
+        half = self._limits.max_unsent_answer_bytes // 2
+        transport.set_write_buffer_limits(high=half, low=half)
         if self._stopped:
             transport.pause_reading()
 
