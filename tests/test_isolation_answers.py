@@ -4,6 +4,8 @@ sidecar process with small limits set by flags."""
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -121,3 +123,124 @@ def test_a_batch_refuses_its_members_once_their_answers_fill_the_unsent_budget(
     assert stats["rate_limited"] == len(refused)
     with sidecar.client(timeout=5) as bystander:
         assert bystander.call("sidecar.health")["status"] == "ok"
+
+
+# -- row 7: unread answers and partial lines, per connection and in total ---------------------
+
+
+def _settled_rss_kib(sidecar: Sidecar, seconds: float = 1.0) -> int:
+    """RSS once the sidecar has had ``seconds`` to give back what it freed."""
+    time.sleep(seconds)
+    return _rss_kib(sidecar)
+
+
+def test_pipelined_requests_never_read_are_bounded_and_given_back(
+    workdir: Path, scratch: ExitStack
+) -> None:
+    """Before: 24,500 ``sidecar.health`` requests pipelined on one connection that never
+    reads grew the sidecar by 85 MiB, kept after the connection closed. Now: the unread
+    answers stop its reading at ``max_unsent_answer_bytes`` (4 MiB), the growth stays under
+    24 MiB, a bystander is answered meanwhile, and after the close the RSS comes back to
+    within 8 MiB of where it started."""
+    sidecar = scratch.enter_context(Sidecar(workdir, measured=False))
+    with sidecar.client() as warm:  # the first requests' one-time allocations
+        for _ in range(50):
+            warm.call("sidecar.health")
+    before = _settled_rss_kib(sidecar, 0.5)
+    hog = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hog.connect(str(sidecar.socket))
+    hog.setblocking(False)
+    line = b'{"jsonrpc":"2.0","id":1,"method":"sidecar.health"}\n'
+    pending = line * 24_500
+    deadline = time.monotonic() + 10
+    while pending and time.monotonic() < deadline:
+        try:
+            pending = pending[hog.send(pending) :]
+        except BlockingIOError:
+            time.sleep(0.01)
+    time.sleep(1.0)
+    peak = _rss_kib(sidecar)
+    with sidecar.client(timeout=5) as bystander:
+        assert bystander.call("sidecar.health")["status"] == "ok"
+    hog.close()
+    after = _settled_rss_kib(sidecar)
+    grown, kept = (peak - before) / 1024, (after - before) / 1024
+    print(f"grown {grown:.1f} MiB, kept {kept:.1f} MiB")
+    assert grown < 24, f"grew {grown:.1f} MiB"
+    assert kept < 8, f"kept {kept:.1f} MiB after the close"
+
+
+def _push(socks: list[socket.socket], data: bytes, seconds: float) -> None:
+    """Send ``data`` on every socket (non-blocking, round robin) until each has taken it
+    all or was closed by the sidecar, or ``seconds`` passed."""
+    left = {s: data for s in socks}
+    deadline = time.monotonic() + seconds
+    while left and time.monotonic() < deadline:
+        for sock, rest in list(left.items()):
+            try:
+                rest = rest[sock.send(rest) :]
+            except BlockingIOError:
+                continue
+            except OSError:  # refused and closed
+                rest = b""
+            if rest:
+                left[sock] = rest
+            else:
+                del left[sock]
+        time.sleep(0.001)
+
+
+def test_unfinished_lines_are_bounded_in_total_and_given_back(
+    workdir: Path, scratch: ExitStack
+) -> None:
+    """Before: 300 connections each holding a 1 MiB partial line grew the sidecar by
+    310 MiB, kept after they closed. Now, with ``--max-partial-lines-bytes 8388608``: 48
+    connections each sending 1 MiB less a byte without a newline hold at most 8 MiB
+    together; the connections whose line would pass it get one ``rate_limited`` line
+    (``id: null``, ``retryAfterMs``) and are closed; a bystander is served meanwhile; and
+    once they all close, the RSS comes back to within 8 MiB of where it started."""
+    sidecar = scratch.enter_context(
+        Sidecar(workdir, "--max-partial-lines-bytes", str(8 << 20), measured=False)
+    )
+    with sidecar.client() as warm:
+        for _ in range(50):
+            warm.call("sidecar.health")
+    before = _settled_rss_kib(sidecar, 0.5)
+    socks = []
+    for _ in range(48):
+        sock = scratch.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        sock.connect(str(sidecar.socket))
+        sock.setblocking(False)
+        socks.append(sock)
+    _push(
+        socks,
+        b'{"jsonrpc":"2.0","id":1,"method":"sidecar.health","params":{"x":"'
+        + b"x" * ((1 << 20) - 80),
+        20,
+    )
+    time.sleep(0.5)
+    peak = _rss_kib(sidecar)
+    with sidecar.client(timeout=5) as bystander:
+        assert bystander.call("sidecar.health")["status"] == "ok"
+    refused = 0
+    for sock in socks:
+        sock.settimeout(0.2)
+        try:
+            line = sock.recv(4096)
+        except (TimeoutError, OSError):
+            continue
+        if line:
+            answer = orjson.loads(line.splitlines()[0])
+            assert answer["id"] is None
+            check_envelope(answer["error"])
+            assert answer["error"]["data"]["error"] == "rate_limited", answer
+            assert answer["error"]["data"]["details"]["retryAfterMs"] > 0
+            refused += 1
+    assert refused >= 48 - 8, refused
+    grown = (peak - before) / 1024
+    for sock in socks:
+        sock.close()
+    kept = (_settled_rss_kib(sidecar) - before) / 1024
+    print(f"grown {grown:.1f} MiB, kept {kept:.1f} MiB, refused {refused}")
+    assert grown < 8 + 16, f"grew {grown:.1f} MiB"
+    assert kept < 8, f"kept {kept:.1f} MiB after the close"

@@ -289,6 +289,14 @@ class Settings(BaseModel):
         description="answers a connection has not read yet, in bytes, before the sidecar "
         "stops reading its requests (resumed when half of it is read)",
     )
+    max_partial_lines_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description="unfinished request lines of all connections together, in bytes; a "
+        "connection whose line would take them past it gets one rate_limited line and is "
+        "closed",
+    )
     max_answer_bytes: int = Field(
         2 << 20,
         ge=1024,

@@ -416,10 +416,7 @@ class Dispatcher:
     def at_capacity(retry_after_ms: int) -> bytes:
         """The one line a connection beyond ``max_connections`` gets before it is closed:
         ``rate_limited`` with ``id: null`` (no request of it was read)."""
-        error = RateLimitedError(
-            "the sidecar is at its connection limit", {"retryAfterMs": retry_after_ms}
-        )
-        return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
+        return refusal_line("the sidecar is at its connection limit", retry_after_ms)
 
     def _refuse(
         self, err: MemoryServiceError, started: float, request_id: Any = None, method: str = "-"
@@ -520,6 +517,13 @@ class Dispatcher:
             return {"jsonrpc": "2.0", "error": error, "id": e.id}
         ok = response._value
         return {"jsonrpc": "2.0", "result": ok.result, "id": ok.id}
+
+
+def refusal_line(message: str, retry_after_ms: int) -> bytes:
+    """A ``rate_limited`` answer line with ``id: null``: what a connection refused as a
+    whole gets before it is closed."""
+    error = RateLimitedError(message, {"retryAfterMs": retry_after_ms})
+    return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
 
 
 def _unbounded(request: Any) -> bool:
