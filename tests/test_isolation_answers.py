@@ -4,6 +4,7 @@ sidecar process with small limits set by flags."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -244,3 +245,75 @@ def test_unfinished_lines_are_bounded_in_total_and_given_back(
     print(f"grown {grown:.1f} MiB, kept {kept:.1f} MiB, refused {refused}")
     assert grown < 8 + 16, f"grew {grown:.1f} MiB"
     assert kept < 8, f"kept {kept:.1f} MiB after the close"
+
+
+# -- row 2 (c): the per-connection figure the manifests' memory limit rests on ---------------
+
+KUBERNETES_README = Path(__file__).resolve().parents[1] / "kubernetes" / "README.md"
+
+
+def _documented_per_connection_mib() -> float:
+    """The figure kubernetes/README.md's memory limit counts per connection."""
+    found = re.search(
+        r"about (\d+) MiB a connection", " ".join(KUBERNETES_README.read_text().split())
+    )
+    assert found, "kubernetes/README.md names no per-connection figure"
+    return float(found.group(1))
+
+
+def _open_hogs(sidecar: Sidecar, count: int, lines: bytes) -> list[socket.socket]:
+    socks = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(sidecar.socket))
+        sock.sendall(lines)
+        socks.append(sock)
+    return socks
+
+
+def test_a_connection_that_never_reads_costs_what_the_manifests_count(
+    workdir: Path, scratch: ExitStack
+) -> None:
+    """Before: with the manifests' settings, 8 of 32 connections each sending a batch of
+    128 lists and 4 lists more (of entries of 60 KB), and never reading, took the sidecar
+    to 745 MiB against the 320 MiB limit that counted 4 MiB of unread answers each.
+
+    Now, with the manifests' settings (32 connections, 64 MiB of keyrings, every other
+    limit at its default): that worst case, on 4 connections and then on 16, grows the
+    peak RSS by at most the per-connection figure kubernetes/README.md counts for each
+    connection more (what all connections share, such as the rows a list reads, cancels
+    out), and a bystander is answered meanwhile."""
+    sidecar = scratch.enter_context(
+        Sidecar(
+            workdir,
+            "--max-connections",
+            "32",
+            "--max-keyring-memory-bytes",
+            str(64 << 20),
+            "--semantic-search",
+            "false",
+            measured=False,
+        )
+    )
+    client = scratch.enter_context(sidecar.client())
+    run, ref = _store(client, 60, 60_000)
+    params = {"runId": run, "memoryRef": ref, "options": {"limit": 1000}}
+    batch = [_request(i, "memory.list", **params) for i in range(128)]
+    lines = _line(batch) + b"".join(_line(_request(i, "memory.list", **params)) for i in range(4))
+
+    def peak_growth_mib(connections: int) -> float:
+        before = _settled_rss_kib(sidecar, 0.5)
+        socks = _open_hogs(sidecar, connections, lines)
+        time.sleep(2.0)  # whatever was going to pile up has piled up
+        peak = _rss_kib(sidecar, "VmHWM")
+        with sidecar.client(timeout=5) as bystander:
+            assert bystander.call("sidecar.health")["status"] == "ok"
+        for sock in socks:
+            sock.close()
+        return (peak - before) / 1024
+
+    few = peak_growth_mib(4)
+    many = peak_growth_mib(16)
+    per_connection = (many - few) / 12
+    print(f"4 connections: +{few:.0f} MiB, 16: +{many:.0f} MiB, {per_connection:.1f} MiB each")
+    assert per_connection <= _documented_per_connection_mib(), per_connection

@@ -40,6 +40,7 @@ import structlog
 from ..service.stats import ConnectionStats
 from .dispatch import refusal_line
 from .fairness import FairGate, Share, line_cost
+from .memory_trim import BIG_ANSWER_BYTES, after_big_answer
 
 # A line's answer (None: it has none), or a coroutine that makes it (see Connection).
 LineHandler = Callable[[bytes, "AnswerPacer"], "bytes | Coroutine[Any, Any, bytes | None] | None"]
@@ -516,6 +517,8 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        if len(data) >= BIG_ANSWER_BYTES:
+            after_big_answer()
         if not self._outbox and transport.get_write_buffer_size() < _COALESCE_ABOVE:
             transport.write(data)
             return
