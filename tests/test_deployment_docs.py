@@ -267,8 +267,8 @@ def test_the_kubernetes_page_quotes_the_resources() -> None:
         _says(
             page,
             f"{env['OPENWOP_MEMORY_MAX_CONNECTIONS']} connections (`max_connections`, one "
-            f"worker per Pod) each with a request line ({line} MiB) and {unsent} MiB of "
-            "unread answers",
+            f"worker per Pod) each with a request line ({line} MiB) and its answers: about "
+            f"{2 * unsent} MiB a connection, twice `max_unsent_answer_bytes` ({unsent} MiB)",
         )
     load = inspect.signature(measure_load).parameters
     _says(page, f"under a short mixed load ({load['clients'].default} connections")

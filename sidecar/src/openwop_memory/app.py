@@ -98,6 +98,7 @@ async def open_app(settings: Settings) -> App:
             redaction=settings.redaction,
             credential_patterns=settings.credential_patterns,
             max_entry_size_bytes=settings.max_entry_size_bytes,
+            max_answer_bytes=settings.answer_bytes(),
             replay_retention_us=int(settings.replay_retention * 1_000_000),
             max_open_runs=settings.max_open_runs,
             max_run_secret_bytes=settings.max_run_secret_bytes,
@@ -113,6 +114,7 @@ async def open_app(settings: Settings) -> App:
         service,
         max_inflight=settings.max_inflight,
         max_request_bytes=settings.max_request_bytes,
+        answer_bytes=settings.answer_bytes(),
         access_log=AccessLog(
             every_request=settings.access_log, slow_after=settings.slow_request_threshold
         ),

@@ -289,6 +289,22 @@ class Settings(BaseModel):
         description="answers a connection has not read yet, in bytes, before the sidecar "
         "stops reading its requests (resumed when half of it is read)",
     )
+    max_partial_lines_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description="unfinished request lines of all connections together, in bytes; a "
+        "connection whose line would take them past it gets one rate_limited line and is "
+        "closed",
+    )
+    max_answer_bytes: int = Field(
+        2 << 20,
+        ge=1024,
+        le=1 << 30,
+        description="bytes of one answer: a memory.list returns the entries that fit (at "
+        "least one), a batch's requests past it get rate_limited; at most half of "
+        "max_unsent_answer_bytes is used",
+    )
     tenant_binding: Annotated[
         dict[BindingRule, list[BoundTenant]], BeforeValidator(_json_table)
     ] = Field(
@@ -324,6 +340,12 @@ class Settings(BaseModel):
         description="host:port of an HTTP listener serving Prometheus metrics at /metrics "
         "(127.0.0.1:9464; 0.0.0.0:9464 in a pod); not set or empty: no listener",
     )
+
+    def answer_bytes(self) -> int:
+        """The bytes one answer may hold: ``max_answer_bytes``, but at most half the unread
+        answers a connection may have, so that an answer started while the connection's
+        unread answers fit never takes them past ``max_unsent_answer_bytes``."""
+        return min(self.max_answer_bytes, self.max_unsent_answer_bytes // 2)
 
 
 # Groups of backend settings: the Settings field and its model.

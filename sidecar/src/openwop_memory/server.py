@@ -462,6 +462,7 @@ class Server:
                     idle_timeout=settings.idle_timeout,
                     partial_line_timeout=settings.partial_line_timeout,
                     max_unsent_answer_bytes=settings.max_unsent_answer_bytes,
+                    max_partial_lines_bytes=settings.max_partial_lines_bytes,
                 ),
                 gate=self._gate,
                 stats=stats,

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from openwop_memory_client import (
     ConflictError,
     ForbiddenError,
@@ -70,6 +71,8 @@ class ServiceConfig:
     max_entry_size_bytes: int = 65536
     default_list_limit: int = 100
     max_list_limit: int = 1000
+    # The JSON bytes of one list answer's entries (see ``within_bytes``).
+    max_answer_bytes: int = 2 << 20
     replay_retention_us: int = 7 * 86_400 * 1_000_000
     max_open_runs: int = 10_000
     max_run_secret_bytes: int = 16 << 10
@@ -125,6 +128,22 @@ def within_budget(rows: list[EntryRow], budget: int) -> list[EntryRow]:
         if spent > budget:
             return rows[:index]
     return rows
+
+
+def within_bytes(rows: list[EntryRow], budget: int) -> list[orjson.Fragment]:
+    """The longest prefix of ``rows`` whose entries, as JSON (a separator each), add up to at
+    most ``budget`` bytes, but at least the first entry (so every entry can be listed),
+    each already encoded: the answer is encoded once, and never holds more than the budget
+    and one entry of JSON beside the rows."""
+    entries: list[orjson.Fragment] = []
+    spent = 0
+    for row in rows:
+        encoded = orjson.dumps(entry_to_wire(row))
+        spent += len(encoded) + 1
+        if spent > budget and entries:
+            break
+        entries.append(orjson.Fragment(encoded))
+    return entries
 
 
 def entry_to_wire(row: EntryRow) -> dict[str, Any]:
@@ -381,7 +400,9 @@ class MemoryService:
 
     # -- memory --------------------------------------------------------------------------
 
-    async def list(self, params: ListParams) -> list[dict[str, Any]]:
+    async def list(self, params: ListParams) -> list[orjson.Fragment]:
+        """The entries PROTOCOL.md's ``memory.list`` answers, each as its JSON: at most
+        ``max_answer_bytes`` of them together (see :func:`within_bytes`)."""
         options = params.options
         relevance = options is not None and options.rank == "relevance"
         if relevance and (options is None or options.query is None):
@@ -402,7 +423,7 @@ class MemoryService:
                 limit=min(self._config.default_list_limit, self._config.max_list_limit),
                 tag=None,
             )
-            return [entry_to_wire(r) for r in rows]
+            return within_bytes(rows, self._config.max_answer_bytes)
         limit = min(options.limit or self._config.default_list_limit, self._config.max_list_limit)
         budget = options.tokenBudget
         # An entry over the whole budget is skipped in the query, so the rows fetched are
@@ -436,7 +457,7 @@ class MemoryService:
             )
         if budget is not None:
             rows = within_budget(rows, budget)
-        return [entry_to_wire(r) for r in rows]
+        return within_bytes(rows, self._config.max_answer_bytes)
 
     def get_now(self, params: GetParams) -> dict[str, Any] | NotNow | None:
         """What :meth:`get` answers, when that is ready without waiting (the run is open

@@ -77,12 +77,17 @@ class Pacer(Protocol):
     @property
     def unbounded(self) -> asyncio.Lock: ...
 
-    def fits(self) -> bool: ...
+    def fits(self, reserve: int = 0) -> bool: ...
 
-    async def ready(self) -> None: ...
+    async def ready(self, reserve: int = 0) -> None: ...
+
+    def room(self) -> int: ...
 
 
 _MAX_BATCH = 256
+# What a batch member refused for the connection's unread answers is told to wait: about
+# the time a reading client takes to read them.
+_BATCH_RETRY_AFTER_MS = 100
 _REQUEST_MEMBERS = frozenset({"jsonrpc", "method", "params", "id"})
 
 _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
@@ -183,6 +188,7 @@ class Dispatcher:
         *,
         max_inflight: int = 4096,
         max_request_bytes: int = 1 << 20,
+        answer_bytes: int = 2 << 20,
         access_log: AccessLog | None = None,
         methods: MethodTable = _METHODS,
         at_once: Mapping[str, Handler] = _AT_ONCE,
@@ -190,6 +196,9 @@ class Dispatcher:
     ) -> None:
         self.service = service
         self.max_request_bytes = max_request_bytes
+        # The most one list answer holds (the service stops there): an answer of unbounded
+        # size starts only once the connection's unread answers leave room for that much.
+        self.answer_bytes = answer_bytes
         self.max_inflight = max_inflight
         self.inflight = 0
         self.access_log = access_log if access_log is not None else AccessLog()
@@ -305,17 +314,17 @@ class Dispatcher:
                 error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
                 return _line(self._refuse(error, started))
             if pacer is None:
-                return await self._batch(request, started, tenants)
+                return await self._batch(request, started, tenants, None)
             async with pacer.unbounded:
-                if not pacer.fits():
-                    await pacer.ready()
-                return await self._batch(request, started, tenants)
+                if not pacer.fits(self.answer_bytes):
+                    await pacer.ready(self.answer_bytes)
+                return await self._batch(request, started, tenants, pacer.room())
         if pacer is None:
             answer = await self._dispatch_one(request, started, tenants)
-        elif isinstance(request, dict) and request.get("method") in _UNBOUNDED_ANSWERS:
+        elif _unbounded(request):
             async with pacer.unbounded:
-                if not pacer.fits():
-                    await pacer.ready()
+                if not pacer.fits(self.answer_bytes):
+                    await pacer.ready(self.answer_bytes)
                 answer = await self._dispatch_one(request, started, tenants)
         else:
             if not pacer.fits():
@@ -324,14 +333,46 @@ class Dispatcher:
         return None if answer is None else _line(answer)
 
     async def _batch(
-        self, requests: list[Any], started: float, tenants: frozenset[str] | None
+        self,
+        requests: list[Any],
+        started: float,
+        tenants: frozenset[str] | None,
+        room: int | None,
     ) -> bytes | None:
-        answers = [
-            a
-            for a in [await self._dispatch_one(r, started, tenants) for r in requests]
-            if a is not None
-        ]
-        return _line(answers) if answers else None
+        """The batch's answer line: its members run in order, each answer encoded as it
+        is made. With ``room`` (what the connection's unread answers leave of their
+        budget), the answers count against it: once a member could take them past it (a
+        list by up to ``answer_bytes``, another by its one entry), that member and every
+        later one are refused with ``rate_limited`` instead of run."""
+        parts: list[bytes] = []
+        spent = 0
+        refusing = False
+        for request in requests:
+            if not refusing and room is not None:
+                reserve = self.answer_bytes if _unbounded(request) else 0
+                refusing = spent + reserve > room
+            if refusing and _well_formed(request):  # a malformed one is refused as usual
+                answer = self._refuse_in_batch(request, started)
+            else:
+                answer = await self._dispatch_one(request, started, tenants)
+            if answer is not None:
+                encoded = orjson.dumps(answer)
+                spent += len(encoded) + 1
+                parts.append(encoded)
+        if not parts:
+            return None
+        return b"[" + b",".join(parts) + b"]\n"
+
+    def _refuse_in_batch(self, request: Any, started: float) -> dict[str, Any] | None:
+        """A well-formed batch member refused for the connection's unread answers
+        (``None`` for a notification, which gets no answer)."""
+        error = RateLimitedError(
+            "the batch's answers would exceed the connection's unread-answer budget",
+            {"retryAfterMs": _BATCH_RETRY_AFTER_MS},
+        )
+        name = request["method"] if request["method"] in self._methods else "-"
+        answer = self._refuse(error, started, request.get("id"), name)
+        return answer if "id" in request else None
 
     def oversized(self) -> bytes:
         """The answer to a request line longer than ``max_request_bytes`` (counted, logged)."""
@@ -375,10 +416,7 @@ class Dispatcher:
     def at_capacity(retry_after_ms: int) -> bytes:
         """The one line a connection beyond ``max_connections`` gets before it is closed:
         ``rate_limited`` with ``id: null`` (no request of it was read)."""
-        error = RateLimitedError(
-            "the sidecar is at its connection limit", {"retryAfterMs": retry_after_ms}
-        )
-        return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
+        return refusal_line("the sidecar is at its connection limit", retry_after_ms)
 
     def _refuse(
         self, err: MemoryServiceError, started: float, request_id: Any = None, method: str = "-"
@@ -479,6 +517,18 @@ class Dispatcher:
             return {"jsonrpc": "2.0", "error": error, "id": e.id}
         ok = response._value
         return {"jsonrpc": "2.0", "result": ok.result, "id": ok.id}
+
+
+def refusal_line(message: str, retry_after_ms: int) -> bytes:
+    """A ``rate_limited`` answer line with ``id: null``: what a connection refused as a
+    whole gets before it is closed."""
+    error = RateLimitedError(message, {"retryAfterMs": retry_after_ms})
+    return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
+
+
+def _unbounded(request: Any) -> bool:
+    """Whether the request's answer has no size bound but ``answer_bytes`` (a list)."""
+    return isinstance(request, dict) and request.get("method") in _UNBOUNDED_ANSWERS
 
 
 def _check_tenant(tenants: frozenset[str], params: pydantic.BaseModel) -> None:
