@@ -305,7 +305,7 @@ def test_runs_dropped_past_max_open_runs_give_back_their_keyring_memory() -> Non
         registry.charge(handle, 1000)
     assert len(registry) == 2 and registry.get("r0") is None
     assert budget.held == 2000 and registry.evicted == 1
-    with registry.using(handles[1]), budget.reserve((1 << 20) - 1000):
+    with registry.using(handles[1]), budget.reserve((1 << 20) - 1000, "t"):
         # r1 is in use, so only r2 could go; r1 stays open and keeps its charge.
         assert registry.get("r1") is handles[1] and registry.get("r2") is None
     assert registry.end("r1") and budget.held == 0

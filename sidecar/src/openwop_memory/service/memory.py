@@ -72,6 +72,7 @@ class ServiceConfig:
     max_list_limit: int = 1000
     replay_retention_us: int = 7 * 86_400 * 1_000_000
     max_open_runs: int = 10_000
+    run_idle_timeout_s: float | None = 300.0
     max_run_secret_bytes: int = 16 << 10
     max_keyring_memory_bytes: int = 256 << 20
     # Whether an operator can reach forget (it is served on the admin socket only).
@@ -196,7 +197,9 @@ class MemoryService:
         self._config = config
         self._keyring_budget = KeyringBudget(config.max_keyring_memory_bytes)
         self._compiler = KeyringCompiler(self._keyring_budget)
-        self._runs = RunRegistry(config.max_open_runs, self._keyring_budget)
+        self._runs = RunRegistry(
+            config.max_open_runs, self._keyring_budget, config.run_idle_timeout_s
+        )
         self._keyrings = KeyringCache(host_secrets, self._compiler, self._runs)
         self._host_secrets = host_secrets
         self._put_policy = PutPolicy(
@@ -259,7 +262,7 @@ class MemoryService:
         # refused begin writes nothing.
         values = merged_values({}, params.secrets, self._config.max_run_secret_bytes) or {}
         generation, keyed = self._keyrings.source(params.tenant, values)
-        with self._compiler.reserving(keyed) as nbytes:
+        with self._compiler.reserving(keyed, params.tenant) as nbytes:
             keyring = await self._compiler.compile(keyed) if values else None
             now = self._storage.clock_us()
             result = await self._storage.begin_run(
@@ -307,7 +310,7 @@ class MemoryService:
                 if values is None:
                     return
                 generation, keyed = self._keyrings.source(handle.tenant, values)
-                with self._compiler.reserving(keyed) as nbytes:
+                with self._compiler.reserving(keyed, handle.tenant) as nbytes:
                     keyring = await self._compiler.compile(keyed)
                     # Another merge may have finished while this one compiled; then merge
                     # again on top of it, or its secrets would be lost.
@@ -544,7 +547,10 @@ class MemoryService:
 
     def _keyring_gauges(self) -> KeyringGauges:
         return KeyringGauges(
-            self._keyring_budget.held, self._keyrings.host_keyrings_cached, self._runs.evicted
+            self._keyring_budget.held,
+            self._keyrings.host_keyrings_cached,
+            self._runs.evicted,
+            self._runs.idle_dropped,
         )
 
     async def sweep(self, batch_size: int) -> SweepCounts:
