@@ -1,10 +1,12 @@
-"""Open runs are bounded per tenant, and abandoned ones give their memory back.
+"""Open runs are bounded per tenant, abandoned ones give their memory back, and run ids are
+per tenant.
 
 Reproduction (issue 20, rows 5 and 7b): tenant B beginning 10,001 runs evicted tenant A's
 open runs (one least-recently-used list over every tenant, for ``max_open_runs`` and for the
 keyring budget alike), so A's puts answered ``not_found``; and a run begun and never ended
 held its handle and keyring until one of those limits pushed it out (a soak with abandoned
-runs grew ~14 MiB/min).
+runs grew ~14 MiB/min). Row 9: tenant B taking tenant A's predictable run id first made
+A's ``run.begin`` ``forbidden`` for the whole retention, and told B the id was in use.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import anyio
 import pytest
 from openwop_memory.redaction import estimate_bytes
 from openwop_memory.service.keyring_memory import KeyringBudget
+from openwop_memory.storage.base import BeginOutcome
+from openwop_memory.timefmt import now_us
 from openwop_memory_client import AsyncMemoryClient, RateLimitedError
+from support.backends import Backend
+from support.old_schema import make_v1_database
 from support.polling import eventually
 from support.protocol import assert_run_not_found, pipeline, put, req
 from support.sidecar import RawClient, Sidecar
@@ -42,7 +48,8 @@ def begin_many(
     with_secrets: bool = True,
     window: int = 100,
 ) -> list[Any]:
-    """``count`` runs of ``tenant`` begun, pipelined ``window`` at a time; their answers."""
+    """``count`` runs of ``tenant`` begun, pipelined ``window`` at a time; their answers,
+    in the order of the runs (answers may come out of order: sorted by id)."""
     answers: list[Any] = []
     for start in range(0, count, window):
         lines = [
@@ -57,7 +64,7 @@ def begin_many(
             )
             for n in range(start, min(count, start + window))
         ]
-        answers += pipeline(client, lines)
+        answers += sorted(pipeline(client, lines), key=lambda answer: answer["id"])
     return answers
 
 
@@ -202,3 +209,73 @@ async def test_the_client_begins_a_run_dropped_for_idleness_again(workdir: Path)
             assert run.resumed is False and first.id != second.id
         with s.client() as c:
             assert c.call("sidecar.stats")["runsIdleDropped"] >= 1
+
+
+# -- row 9: run ids are per tenant ---------------------------------------------------------
+
+
+def test_a_run_id_taken_by_another_tenant_first_neither_blocks_nor_tells(workdir: Path) -> None:
+    """B begins A's predictable run id first: A's begin answers exactly as for a fresh id
+    (resumed false, its own snapshot), A's calls with its issued ref reach A's run, and a
+    plain ref that cannot tell the two runs apart is a conflict on ``runId``, never
+    another tenant's memory."""
+    with Sidecar(workdir) as s, s.client() as c:
+        a_ref = c.call("memory.issueRef", tenant="acme", agent="w")["memoryRef"]
+        b_ref = c.call("memory.issueRef", tenant="bully", agent="w")["memoryRef"]
+        c.call("run.begin", runId="writer", tenant="acme")
+        mine = put(c, "writer", a_ref, "acme's note")
+        squat = c.call("run.begin", runId="run-42", tenant="bully")
+        put(c, "run-42", b_ref, "planted by bully")
+        fresh = c.call("run.begin", runId="run-43", tenant="acme")
+        begun = c.call("run.begin", runId="run-42", tenant="acme")
+        assert begun["resumed"] is fresh["resumed"] is False
+        assert begun.keys() == fresh.keys() and begun["tenant"] == "acme"
+        assert begun["snapshotAt"] > squat["snapshotAt"]
+        listed = c.call("memory.list", runId="run-42", memoryRef=a_ref)
+        assert [e["content"] for e in listed] == [mine["content"]]
+        assert put(c, "run-42", a_ref, "acme writes")["content"] == "acme writes"
+        err = c.error("memory.list", runId="run-42", memoryRef="notes")
+        assert err.code == "conflict" and err.details == {"field": "runId"}
+        assert "bully" not in str(err.error) and "acme" not in str(err.error)
+        # Each tenant's issued ref still reaches its own run only.
+        theirs = c.call("memory.list", runId="run-42", memoryRef=b_ref)
+        assert theirs == []  # B's snapshot was taken before B's own put
+        c.call("run.end", runId="writer")
+
+
+@pytest.mark.anyio
+@pytest.mark.backend_independent  # it runs on each backend already
+async def test_a_database_with_runs_of_the_old_schema_migrates(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A run stored under the old schema (keyed by id alone) is still its tenant's after
+    the migration: resumed on its snapshot; another tenant's begin of its id is a new run."""
+    path = tmp_path / "old.db"
+    await _make_v1_database_with_a_run(backend, path)
+    store = backend.storage(path)
+    await store.open()
+    try:
+        old = await store.begin_run(
+            run_id="old-run", tenant="acme", replay=True, now_us=now_us(), retention_cutoff_us=0
+        )
+        assert old.outcome is BeginOutcome.RESUMED and old.run is not None
+        assert old.run.snapshot_us == 5
+        other = await store.begin_run(
+            run_id="old-run", tenant="bully", replay=False, now_us=now_us(), retention_cutoff_us=0
+        )
+        assert other.outcome is BeginOutcome.CREATED
+        found = await store.find_runs(run_id="old-run", retention_cutoff_us=0)
+        assert [r.tenant for r in found] == ["acme", "bully"]
+    finally:
+        await store.close()
+
+
+async def _make_v1_database_with_a_run(backend: Backend, path: Path) -> None:
+    """A database as a version-1 sidecar left it, holding run ``old-run`` of ``acme``."""
+    run = ("old-run", "acme", 0, 5, now_us())
+    await make_v1_database(
+        backend,
+        path,
+        sqlite=[("INSERT INTO runs VALUES (?, ?, ?, ?, ?)", run)],
+        postgresql=[("INSERT INTO runs VALUES ($1, $2, $3, $4, $5)", run)],
+    )

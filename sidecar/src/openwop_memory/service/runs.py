@@ -23,13 +23,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from openwop_memory_client import ValidationError
 from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
 
 from ..redaction import Keyring
-from ..storage.base import Snapshot
+from ..storage.base import RunKey, Snapshot
 from .keyring_memory import KeyringBudget
 
 
@@ -87,6 +87,11 @@ class RunHandle:
     busy: int = 0
     # When it was last used (the registry's clock): what idleness is measured from.
     used_at: float = 0.0
+    # What names the run: the registry's key, made once (it is read on every request).
+    key: RunKey = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = RunKey(self.tenant, self.run_id)
 
 
 class _Largest:
@@ -146,9 +151,11 @@ class RunRegistry:
         self.idle_timeout = idle_timeout
         self._clock = clock
         # Every open run, least recently used first: idleness is read from the front.
-        self._open: OrderedDict[str, RunHandle] = OrderedDict()
+        self._open: OrderedDict[RunKey, RunHandle] = OrderedDict()
         # Each tenant's open runs, least recently used first: evictions are taken from here.
-        self._by_tenant: dict[str, OrderedDict[str, None]] = {}
+        self._by_tenant: dict[str, OrderedDict[RunKey, None]] = {}
+        # The open runs by id alone (run id -> tenant -> handle), for calls naming no tenant.
+        self._by_id: dict[str, dict[str, RunHandle]] = {}
         self._counts = _Largest()
         self.evicted = 0
         self.idle_dropped = 0
@@ -157,25 +164,39 @@ class RunRegistry:
         self.drop_idle()
         return len(self._open)
 
-    def get(self, run_id: str) -> RunHandle | None:
+    def get(self, key: RunKey) -> RunHandle | None:
+        """The open run ``key`` (marked as just used), or None."""
         self.drop_idle()
-        handle = self._open.get(run_id)
+        handle = self._open.get(key)
         if handle is not None:
-            handle.used_at = self._clock()
-            self._open.move_to_end(run_id)
-            self._by_tenant[handle.tenant].move_to_end(run_id)
-            self.budget.touch(("run", run_id))
+            self.touch(handle)
         return handle
+
+    def with_id(self, run_id: str) -> list[RunHandle]:
+        """The open runs of this id, of every tenant (usually one), not marked as used."""
+        self.drop_idle()
+        by_tenant = self._by_id.get(run_id)
+        return [] if by_tenant is None else list(by_tenant.values())
+
+    def touch(self, handle: RunHandle) -> None:
+        """Mark ``handle`` (open) as just used."""
+        key = handle.key
+        handle.used_at = self._clock()
+        self._open.move_to_end(key)
+        self._by_tenant[handle.tenant].move_to_end(key)
+        self.budget.touch(("run", key))
 
     def add(self, handle: RunHandle) -> None:
         """Open ``handle``, replacing a handle of the same run; past ``max_open``, evict the
         least recently used run of the tenant holding the most (``handle``'s own tenant
         first when it is among them)."""
         self.drop_idle()
-        self._remove(handle.run_id)  # a handle it replaces
+        key = handle.key
+        self._remove(key)  # a handle it replaces
         handle.used_at = self._clock()
-        self._open[handle.run_id] = handle
-        self._by_tenant.setdefault(handle.tenant, OrderedDict())[handle.run_id] = None
+        self._open[key] = handle
+        self._by_id.setdefault(handle.run_id, {})[handle.tenant] = handle
+        self._by_tenant.setdefault(handle.tenant, OrderedDict())[key] = None
         self._counts.add(handle.tenant)
         while len(self._open) > self.max_open:
             counts = self._counts
@@ -190,42 +211,45 @@ class RunRegistry:
         if self.idle_timeout is None or not self._open:
             return 0
         horizon = self._clock() - self.idle_timeout
-        idle: list[str] = []
-        for run_id, handle in self._open.items():
+        idle: list[RunKey] = []
+        for key, handle in self._open.items():
             if handle.used_at > horizon:
                 break
             if not handle.busy:  # one in use past the bound (a long compile) stays
-                idle.append(run_id)
-        for run_id in idle:
-            self._remove(run_id)
+                idle.append(key)
+        for key in idle:
+            self._remove(key)
         self.idle_dropped += len(idle)
         return len(idle)
 
     def charge(self, handle: RunHandle, nbytes: int) -> None:
         """Charge ``handle``'s keyring (``nbytes``) to the budget, if it is still open."""
-        if self._open.get(handle.run_id) is handle:
-            self.budget.charge(
-                ("run", handle.run_id), nbytes, lambda: self._evict(handle), handle.tenant
-            )
+        key = handle.key
+        if self._open.get(key) is handle:
+            self.budget.charge(("run", key), nbytes, lambda: self._evict(handle), handle.tenant)
 
     def _evict(self, handle: RunHandle) -> bool:
         if handle.busy:
             return False
-        if self._open.get(handle.run_id) is handle:
-            self._remove(handle.run_id, release=False)
+        if self._open.get(handle.key) is handle:
+            self._remove(handle.key, release=False)
             self.evicted += 1
         return True
 
-    def _remove(self, run_id: str, *, release: bool = True) -> bool:
-        """Close ``run_id`` here (and give back its keyring's charge, unless the budget is
-        the one taking it); False if it was not open."""
+    def _remove(self, key: RunKey, *, release: bool = True) -> bool:
+        """Close ``key`` here (and give back its keyring's charge, unless the budget is the
+        one taking it); False if it was not open."""
         if release:
-            self.budget.release(("run", run_id))
-        handle = self._open.pop(run_id, None)
+            self.budget.release(("run", key))
+        handle = self._open.pop(key, None)
         if handle is None:
             return False
+        by_tenant = self._by_id[handle.run_id]
+        del by_tenant[handle.tenant]
+        if not by_tenant:
+            del self._by_id[handle.run_id]
         runs = self._by_tenant[handle.tenant]
-        del runs[run_id]
+        del runs[key]
         if not runs:
             del self._by_tenant[handle.tenant]
         self._counts.remove(handle.tenant)
@@ -240,9 +264,10 @@ class RunRegistry:
         finally:
             handle.busy -= 1
 
-    def end(self, run_id: str) -> bool:
-        return self._remove(run_id)
+    def end(self, key: RunKey) -> bool:
+        return self._remove(key)
 
-    def run_ids(self) -> list[str]:
+    def keys(self) -> list[RunKey]:
+        """The open runs, least recently used first."""
         self.drop_idle()
         return list(self._open)

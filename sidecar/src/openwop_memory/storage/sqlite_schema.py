@@ -19,6 +19,11 @@ computed from the redacted content at its put when the embedding model is instal
 NULL (entries written before stay NULL and rank by keywords only). It lives in the entry's
 row, so a delete, sweep or purge of the row removes it, overwritten as ``secure_delete``
 overwrites the rest of the row.
+
+Version 4 names a run by its tenant and its id together (the primary key of ``runs``), so
+the same run id begun under two tenants is two runs: an id one tenant took first can
+neither block another tenant's run nor tell it that the id is in use. Existing rows keep
+their tenant; ``runs_by_id`` serves the lookups by id alone.
 """
 
 from __future__ import annotations
@@ -123,6 +128,26 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (3, ["ALTER TABLE entries ADD COLUMN embedding BLOB"]),
+    (
+        4,
+        [
+            """CREATE TABLE runs_by_tenant (
+                tenant TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                snapshot_seq INTEGER,
+                snapshot_us INTEGER NOT NULL,
+                touched_us INTEGER NOT NULL,
+                PRIMARY KEY (tenant, run_id)
+            )""",
+            "INSERT INTO runs_by_tenant (tenant, run_id, snapshot_seq, snapshot_us, touched_us)"
+            " SELECT tenant, run_id, snapshot_seq, snapshot_us, touched_us FROM runs",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_by_tenant RENAME TO runs",
+            "CREATE INDEX runs_by_id ON runs (run_id)",
+            "CREATE INDEX runs_by_touch ON runs (touched_us)",
+            "CREATE INDEX runs_by_snapshot ON runs (snapshot_seq) WHERE snapshot_seq IS NOT NULL",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
