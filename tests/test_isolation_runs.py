@@ -11,7 +11,9 @@ A's ``run.begin`` ``forbidden`` for the whole retention, and told B the id was i
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ import anyio
 import pytest
 from openwop_memory.redaction import estimate_bytes
 from openwop_memory.service.keyring_memory import KeyringBudget
-from openwop_memory.storage.base import BeginOutcome
+from openwop_memory.service.runs import RunHandle, RunRegistry
+from openwop_memory.storage.base import BeginOutcome, Snapshot
 from openwop_memory.timefmt import now_us
 from openwop_memory_client import AsyncMemoryClient, RateLimitedError
 from support.backends import Backend
@@ -279,3 +282,28 @@ async def _make_v1_database_with_a_run(backend: Backend, path: Path) -> None:
         sqlite=[("INSERT INTO runs VALUES (?, ?, ?, ?, ?)", run)],
         postgresql=[("INSERT INTO runs VALUES ($1, $2, $3, $4, $5)", run)],
     )
+
+
+def test_the_registry_evicts_only_from_a_tenant_over_its_share() -> None:
+    """Random begins and ends of five tenants against room for 12: every eviction takes
+    the least recently used run of a tenant holding more than its share (12 over the
+    tenants with open runs, counting the one beginning), and the counts stay exact."""
+    rng = random.Random(20)
+    registry = RunRegistry(12, KeyringBudget(1 << 20))
+    for step in range(3000):
+        tenant = f"t{min(rng.randrange(8), 4)}"  # t4 begins far more often than the rest
+        if rng.random() < 0.2 and len(registry):
+            registry.end(rng.choice(registry.keys()))
+            continue
+        before = registry.keys()
+        registry.add(RunHandle(f"r{step}", tenant, Snapshot(0), 0, {}))
+        gone = set(before) - set(registry.keys())
+        assert len(gone) == (len(before) == 12)
+        for key in gone:
+            held = Counter(k.tenant for k in before) + Counter([tenant])
+            share = 12 / len(held)
+            assert held[key.tenant] > share, (step, key, held)
+            oldest = next(k for k in before if k.tenant == key.tenant)
+            assert key == oldest
+    assert registry.evicted > 100
+    assert len(registry) == len(registry.keys()) <= 12
