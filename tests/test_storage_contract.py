@@ -18,6 +18,7 @@ from openwop_memory.domain import NotNow, SweepHorizons
 from openwop_memory.storage.base import (
     BeginOutcome,
     PutOutcome,
+    RunKey,
     Scope,
     Snapshot,
     Storage,
@@ -92,8 +93,8 @@ async def test_a_closed_store_fails_only_with_upstream_unavailable(
         lambda: store.begin_run(
             run_id="r", tenant="t", replay=False, now_us=1, retention_cutoff_us=0
         ),
-        lambda: store.find_run(run_id="r", retention_cutoff_us=0),
-        lambda: store.touch_runs(run_ids=["r"], now_us=1),
+        lambda: store.find_runs(run_id="r", retention_cutoff_us=0),
+        lambda: store.touch_runs(runs=[RunKey("t", "r")], now_us=1),
         lambda: store.put(request=put_request(A, "x"), now_us=1),
         lambda: store.delete(scope=A, entry_id="mem_x", now_us=1),
         lambda: store.list(scope=A, snapshot=snapshot, now_us=1, limit=1, tag=None),
@@ -140,18 +141,27 @@ async def test_begin_creates_then_resumes_the_same_snapshot(store: Storage) -> N
         assert again.run == first.run  # the snapshot value is handed back unchanged
 
 
-async def test_begin_under_another_tenant_writes_nothing(store: Storage) -> None:
-    run = await begun(store, "run-owned")
-    for replay in (False, True):
-        result = await store.begin_run(
-            run_id="run-owned",
-            tenant="tenant-b",
-            replay=replay,
-            now_us=now_us(),
-            retention_cutoff_us=0,
-        )
-        assert result.outcome is BeginOutcome.OTHER_TENANT and result.run is None
-    assert await store.find_run(run_id="run-owned", retention_cutoff_us=0) == run
+async def test_the_same_run_id_under_another_tenant_is_another_run(store: Storage) -> None:
+    """Run ids are per tenant: B beginning A's run id first neither blocks A nor changes
+    A's run, and each tenant resumes its own."""
+    t0 = now_us()
+    squatted = await begun(store, "run-owned", tenant="tenant-b", now=t0)
+    entry = await stored(store, put_request(A, "written after B began"))
+    replay = await store.begin_run(
+        run_id="run-owned", tenant="tenant-a", replay=True, now_us=t0, retention_cutoff_us=0
+    )
+    assert replay.outcome is BeginOutcome.UNKNOWN_RUN  # B's run is not A's
+    mine = await store.begin_run(
+        run_id="run-owned", tenant="tenant-a", replay=False, now_us=t0, retention_cutoff_us=0
+    )
+    assert mine.outcome is BeginOutcome.CREATED and mine.run is not None
+    assert mine.run.tenant == "tenant-a" and await ids(store, A, mine.run.snapshot) == [entry.id]
+    assert await begun(store, "run-owned", tenant="tenant-b") == squatted
+    assert await begun(store, "run-owned", tenant="tenant-a") == mine.run
+    assert await store.find_runs(run_id="run-owned", retention_cutoff_us=0) == [
+        mine.run,
+        squatted,
+    ]
 
 
 async def test_replay_of_a_run_never_begun_is_unknown_and_writes_nothing(store: Storage) -> None:
@@ -160,7 +170,7 @@ async def test_replay_of_a_run_never_begun_is_unknown_and_writes_nothing(store: 
             run_id="ghost", tenant="tenant-a", replay=True, now_us=now_us(), retention_cutoff_us=0
         )
         assert result.outcome is BeginOutcome.UNKNOWN_RUN and result.run is None
-    assert await store.find_run(run_id="ghost", retention_cutoff_us=0) is None
+    assert await store.find_runs(run_id="ghost", retention_cutoff_us=0) == []
 
 
 async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_snapshot(
@@ -180,7 +190,7 @@ async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_sn
             retention_cutoff_us=cutoff,
         )
         assert result.outcome is BeginOutcome.RETENTION_EXPIRED and result.run is None
-    assert await store.find_run(run_id="run-old", retention_cutoff_us=t0) is None
+    assert await store.find_runs(run_id="run-old", retention_cutoff_us=t0) == []
     fresh = await store.begin_run(
         run_id="run-old", tenant="tenant-a", replay=False, now_us=later, retention_cutoff_us=t0
     )
@@ -189,26 +199,29 @@ async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_sn
     assert await ids(store, A, old.snapshot) == []
     assert await ids(store, A, fresh.run.snapshot) == [entry.id]
     # The new snapshot was touched at `later`: retained against a cutoff just before it.
-    assert await store.find_run(run_id="run-old", retention_cutoff_us=later - 1) == fresh.run
+    assert await store.find_runs(run_id="run-old", retention_cutoff_us=later - 1) == [fresh.run]
 
 
 async def test_find_run_honours_the_cutoff(store: Storage) -> None:
     t0 = now_us()
     run = await begun(store, "run-find", now=t0)
-    assert await store.find_run(run_id="run-find", retention_cutoff_us=t0 - 1) == run
-    assert await store.find_run(run_id="run-find", retention_cutoff_us=t0) is None
-    assert await store.find_run(run_id="nobody", retention_cutoff_us=0) is None
+    assert await store.find_runs(run_id="run-find", retention_cutoff_us=t0 - 1) == [run]
+    assert await store.find_runs(run_id="run-find", retention_cutoff_us=t0) == []
+    assert await store.find_runs(run_id="nobody", retention_cutoff_us=0) == []
 
 
 async def test_touch_runs_keeps_snapshots_retained(store: Storage) -> None:
     t0 = now_us()
     run = await begun(store, "run-touched", now=t0)
     await begun(store, "run-left", now=t0)
-    await store.touch_runs(run_ids=[], now_us=t0 + DAY)  # nothing to do is fine
-    await store.touch_runs(run_ids=["run-touched", "never-begun"], now_us=t0 + DAY)
-    assert await store.find_run(run_id="run-touched", retention_cutoff_us=t0) == run
-    assert await store.find_run(run_id="run-left", retention_cutoff_us=t0) is None
-    assert await store.find_run(run_id="never-begun", retention_cutoff_us=0) is None
+    await store.touch_runs(runs=[], now_us=t0 + DAY)  # nothing to do is fine
+    await store.touch_runs(
+        runs=[RunKey("tenant-a", "run-touched"), RunKey("tenant-a", "never-begun")],
+        now_us=t0 + DAY,
+    )
+    assert await store.find_runs(run_id="run-touched", retention_cutoff_us=t0) == [run]
+    assert await store.find_runs(run_id="run-left", retention_cutoff_us=t0) == []
+    assert await store.find_runs(run_id="never-begun", retention_cutoff_us=0) == []
 
 
 async def test_snapshot_time_separates_the_entries_it_holds_from_later_ones(
@@ -392,25 +405,25 @@ async def test_sweep_expires_runs_then_purges_their_markers(store: Storage) -> N
     kept = await begun(store, "run-kept", now=t0 + DAY)
     counts = await store.sweep(horizons=SweepHorizons(t0 + DAY, t0, t0 - 1, 0), batch_size=1)
     assert (counts.expired_runs, counts.purged_runs) == (1, 0)
-    assert await store.find_run(run_id="run-swept", retention_cutoff_us=0) is None
-    assert await store.find_run(run_id="run-kept", retention_cutoff_us=0) == kept
+    assert await store.find_runs(run_id="run-swept", retention_cutoff_us=0) == []
+    assert await store.find_runs(run_id="run-kept", retention_cutoff_us=0) == [kept]
     # The marker remembers the run: a replay is told its snapshot expired.
     replay = await store.begin_run(
         run_id="run-swept", tenant="tenant-a", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
     )
     assert replay.outcome is BeginOutcome.RETENTION_EXPIRED
-    # A marker is also the tenant's claim on the run id.
+    # A marker is the tenant's own: another tenant's run of the id is another run.
     other = await store.begin_run(
-        run_id="run-swept", tenant="tenant-b", replay=False, now_us=t0 + DAY, retention_cutoff_us=0
+        run_id="run-swept", tenant="tenant-b", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
     )
-    assert other.outcome is BeginOutcome.OTHER_TENANT
+    assert other.outcome is BeginOutcome.UNKNOWN_RUN
     counts = await store.sweep(horizons=SweepHorizons(t0 + DAY, t0, t0, 0), batch_size=1)
     assert (counts.expired_runs, counts.purged_runs) == (0, 1)
     replay = await store.begin_run(
         run_id="run-swept", tenant="tenant-a", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
     )
     assert replay.outcome is BeginOutcome.UNKNOWN_RUN
-    assert await store.find_run(run_id="run-kept", retention_cutoff_us=0) == kept
+    assert await store.find_runs(run_id="run-kept", retention_cutoff_us=0) == [kept]
 
 
 async def test_sweep_purges_a_tombstone_only_once_no_retained_snapshot_sees_it(

@@ -101,6 +101,7 @@ async def open_app(settings: Settings) -> App:
             max_answer_bytes=settings.answer_bytes(),
             replay_retention_us=int(settings.replay_retention * 1_000_000),
             max_open_runs=settings.max_open_runs,
+            run_idle_timeout_s=settings.run_idle_timeout or None,
             max_run_secret_bytes=settings.max_run_secret_bytes,
             max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
             # Forget is served on the admin socket alone: without one, nothing can forget.

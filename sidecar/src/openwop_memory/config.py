@@ -242,7 +242,17 @@ class Settings(BaseModel):
         PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
     )
     max_open_runs: int = Field(
-        10_000, ge=1, description="runs begun and not ended at once; more is rate_limited"
+        10_000,
+        ge=1,
+        description="runs holding a handle in this process at once; past it the least "
+        "recently used run of the tenant holding the most runs is dropped (its next put "
+        "answers not_found and the client begins it again)",
+    )
+    run_idle_timeout: SecondsOrOff = Field(
+        300.0,
+        description="drop an open run's handle and keyring once unused this long (its "
+        "snapshot stays; its next put answers not_found and the client begins it again); "
+        "0: never",
     )
     semantic_search: bool = Field(
         True,

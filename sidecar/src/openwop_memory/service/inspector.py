@@ -45,7 +45,7 @@ class Inspector:
 
     async def runs(self, limit: int) -> list[dict[str, Any]]:
         """Stored runs, the most recently touched first, marked when open in this process."""
-        open_here = set(self._service.open_run_ids())
+        open_here = set(self._service.open_runs())
         return [
             {
                 "runId": run.run_id,
@@ -53,7 +53,7 @@ class Inspector:
                 "snapshotAt": format_us(run.snapshot_us),
                 "touchedAt": format_us(run.touched_us),
                 "retained": run.retained,
-                "openHere": run.run_id in open_here,
+                "openHere": (run.tenant, run.run_id) in open_here,
             }
             for run in await self._storage.list_runs(limit=limit)
         ]

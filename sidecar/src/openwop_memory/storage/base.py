@@ -80,6 +80,13 @@ class ListFilter:
     created_before_us: int | None = None
 
 
+class RunKey(NamedTuple):
+    """What names a run: its tenant and its id (the same id under two tenants is two runs)."""
+
+    tenant: str
+    run_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A persisted run: its tenant and snapshot (and the time the snapshot was taken)."""
@@ -95,7 +102,6 @@ class BeginOutcome(enum.Enum):
 
     CREATED = "created"  # a new snapshot was taken and persisted (new run, or past retention)
     RESUMED = "resumed"  # the run's retained snapshot, now touched
-    OTHER_TENANT = "other_tenant"  # the run id belongs to another tenant; nothing written
     RETENTION_EXPIRED = "retention_expired"  # replay: the run's snapshot is past retention
     UNKNOWN_RUN = "unknown_run"  # replay: no snapshot was ever taken for the run
 
@@ -112,7 +118,6 @@ class BeginResult:
 REFUSED: dict[BeginOutcome, BeginResult] = {
     outcome: BeginResult(outcome)
     for outcome in (
-        BeginOutcome.OTHER_TENANT,
         BeginOutcome.RETENTION_EXPIRED,
         BeginOutcome.UNKNOWN_RUN,
     )
@@ -120,9 +125,8 @@ REFUSED: dict[BeginOutcome, BeginResult] = {
 
 
 class FoundRun(NamedTuple):
-    """What :func:`classify_run` needs of a run's stored row."""
+    """What :func:`classify_run` needs of a run's stored row (of the tenant beginning it)."""
 
-    tenant: str
     has_snapshot: bool  # False: a run marker, its snapshot past retention
     touched_us: int
 
@@ -131,15 +135,14 @@ def classify_run(
     found: FoundRun | None, *, tenant: str, replay: bool, retention_cutoff_us: int
 ) -> BeginOutcome:
     """What :meth:`Storage.begin_run` does with the run it found, the one rule every backend
-    applies: ``found`` is the run's stored row, or ``None`` for a run never begun.
+    applies: ``found`` is the stored row of ``tenant``'s run of that id, or ``None`` for a
+    run that tenant never began (another tenant's run of the same id is another run).
 
     RESUMED: keep the snapshot (touch it). CREATED: take a fresh snapshot (a new run, or one
     past retention without ``replay``). The others write nothing.
     """
     if found is None:
         return BeginOutcome.UNKNOWN_RUN if replay else BeginOutcome.CREATED
-    if found.tenant != tenant:
-        return BeginOutcome.OTHER_TENANT
     if found.has_snapshot and found.touched_us > retention_cutoff_us:
         return BeginOutcome.RESUMED
     return BeginOutcome.RETENTION_EXPIRED if replay else BeginOutcome.CREATED
@@ -302,16 +305,19 @@ class Storage(Protocol):
     ) -> BeginResult:
         """In one transaction: classify the run and take a snapshot if it needs one.
 
-        A run of another tenant: OTHER_TENANT. A run of ``tenant`` with a snapshot touched
-        after ``retention_cutoff_us``: RESUMED (touched at ``now_us``). Otherwise, with
+        A run is named by its tenant and its id together: runs of the same id under other
+        tenants are other runs, never looked at (so an id taken by one tenant neither
+        blocks another tenant nor tells it anything). A run of ``tenant`` with a snapshot
+        touched after ``retention_cutoff_us``: RESUMED (touched at ``now_us``). Otherwise, with
         ``replay``: RETENTION_EXPIRED if the run is known, UNKNOWN_RUN if not; without it:
         CREATED, with a fresh snapshot touched at ``now_us``. Only CREATED and RESUMED write.
         """
 
-    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
-        """The run if it has a snapshot touched after ``retention_cutoff_us``, else ``None``."""
+    async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
+        """The runs of this id, one per tenant that began one, with a snapshot touched after
+        ``retention_cutoff_us``, ordered by tenant (the caller picks between tenants)."""
 
-    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
+    async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
         """Mark these runs' snapshots (those that have one) as used at ``now_us``."""
 
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:

@@ -8,9 +8,9 @@ the run's snapshot: a write acknowledged before is at or below it, a write that 
 after is above it, whichever sidecars wrote. Tenants never queue behind each other.
 
 **Lock order.** A write takes its tenant's clock row before anything else of that tenant
-(a new scope row, say), and ``touch_runs`` locks runs in id order, so no two transactions of
-this backend wait for each other in a cycle. Deadlocks and serialization failures are
-retried (the transaction wrote nothing).
+(a new scope row, say), and ``touch_runs`` locks runs in (tenant, id) order, so no two
+transactions of this backend wait for each other in a cycle. Deadlocks and serialization
+failures are retried (the transaction wrote nothing).
 
 **Poolers.** No named prepared statements (``statement_cache_size=0``), no session state,
 and only transaction-scoped advisory locks, so it runs behind PgBouncer in transaction mode.
@@ -52,6 +52,7 @@ from .base import (
     PutRequest,
     PutResult,
     RunInfo,
+    RunKey,
     RunRecord,
     Scope,
     ScopeInfo,
@@ -385,21 +386,24 @@ class PostgresqlStorage:
             # between our look and our insert; then we classify the run it made.
             for _ in range(2):
                 row = await conn.fetchrow(
-                    "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs"
-                    " WHERE run_id = $1 FOR UPDATE",
+                    "SELECT snapshot_seq, snapshot_us, touched_us FROM runs"
+                    " WHERE tenant = $1 AND run_id = $2 FOR UPDATE",
+                    tenant,
                     run_id,
                 )
                 found = None
                 if row is not None:
-                    has_snapshot = row["snapshot_seq"] is not None
-                    found = FoundRun(row["tenant"], has_snapshot, row["touched_us"])
+                    found = FoundRun(row["snapshot_seq"] is not None, row["touched_us"])
                 outcome = classify_run(
                     found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
                 )
                 if outcome is BeginOutcome.RESUMED:
                     assert row is not None
                     await conn.execute(
-                        "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
+                        "UPDATE runs SET touched_us = $3 WHERE tenant = $1 AND run_id = $2",
+                        tenant,
+                        run_id,
+                        now_us,
                     )
                     snapshot = Snapshot(row["snapshot_seq"])
                     run = RunRecord(run_id, tenant, snapshot, row["snapshot_us"])
@@ -412,8 +416,9 @@ class PostgresqlStorage:
                 seq, snap_us = await _take_clock(conn, tenant, 0)
                 if row is not None:  # past retention: a fresh snapshot on the locked row
                     await conn.execute(
-                        "UPDATE runs SET snapshot_seq = $2, snapshot_us = $3, touched_us = $4"
-                        " WHERE run_id = $1",
+                        "UPDATE runs SET snapshot_seq = $3, snapshot_us = $4, touched_us = $5"
+                        " WHERE tenant = $1 AND run_id = $2",
+                        tenant,
                         run_id,
                         seq,
                         snap_us,
@@ -423,7 +428,7 @@ class PostgresqlStorage:
                 else:
                     inserted = await conn.fetchval(
                         "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
-                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING"
+                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO NOTHING"
                         " RETURNING true",
                         run_id,
                         tenant,
@@ -438,15 +443,18 @@ class PostgresqlStorage:
 
         return await self._write(op)
 
-    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
-        if not run_ids:
+    async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
+        if not runs:
             return
+        ordered = sorted(runs)
         await self._write(
             lambda conn, effects: conn.execute(
-                "UPDATE runs SET touched_us = $2 WHERE run_id IN (SELECT run_id FROM runs"
-                " WHERE run_id = ANY($1) AND snapshot_seq IS NOT NULL ORDER BY run_id"
-                " FOR UPDATE)",
-                sorted(run_ids),
+                "UPDATE runs SET touched_us = $3 WHERE (tenant, run_id) IN (SELECT tenant,"
+                " run_id FROM runs WHERE (tenant, run_id) IN"
+                " (SELECT * FROM unnest($1::text[], $2::text[])) AND snapshot_seq IS NOT NULL"
+                " ORDER BY tenant, run_id FOR UPDATE)",
+                [tenant for tenant, _ in ordered],
+                [run_id for _, run_id in ordered],
                 now_us,
             )
         )
@@ -528,18 +536,16 @@ class PostgresqlStorage:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
-        row = await self._read(
-            lambda conn: conn.fetchrow(
+    async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
                 "SELECT tenant, snapshot_seq, snapshot_us FROM runs WHERE run_id = $1"
-                " AND snapshot_seq IS NOT NULL AND touched_us > $2",
+                " AND snapshot_seq IS NOT NULL AND touched_us > $2 ORDER BY tenant",
                 run_id,
                 retention_cutoff_us,
             )
         )
-        if row is None:
-            return None
-        return RunRecord(run_id, row[0], Snapshot(row[1]), row[2])
+        return [RunRecord(run_id, row[0], Snapshot(row[1]), row[2]) for row in rows]
 
     async def search(
         self,
@@ -736,14 +742,14 @@ class PostgresqlStorage:
             ),
             (
                 "expired_runs",
-                "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
-                " WHERE snapshot_seq IS NOT NULL AND touched_us <= $1"
+                "UPDATE runs SET snapshot_seq = NULL WHERE (tenant, run_id) IN (SELECT tenant,"
+                " run_id FROM runs WHERE snapshot_seq IS NOT NULL AND touched_us <= $1"
                 " LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 (horizons.run_cutoff_us, batch_size),
             ),
             (
                 "purged_runs",
-                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
+                "DELETE FROM runs WHERE (tenant, run_id) IN (SELECT tenant, run_id FROM runs"
                 " WHERE snapshot_seq IS NULL AND touched_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 (horizons.marker_cutoff_us, batch_size),
             ),

@@ -29,6 +29,11 @@ Version 3 adds ``entries.embedding`` (``bytea``): the entry's vector (see
 embedding model is installed, else NULL (older entries stay NULL and rank by keywords
 only). It is part of the entry's row: whatever deletes the row deletes it. No extension
 is needed: the similarity is computed by the sidecar.
+
+Version 4 names a run by its tenant and its id together (the primary key of ``runs``), so
+the same run id begun under two tenants is two runs: an id one tenant took first can
+neither block another tenant's run nor tell it that the id is in use. ``runs_by_id`` serves
+the lookups by id alone.
 """
 
 from __future__ import annotations
@@ -152,6 +157,14 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (3, ["ALTER TABLE entries ADD COLUMN embedding bytea"]),
+    (
+        4,
+        [
+            "ALTER TABLE runs DROP CONSTRAINT runs_pkey",
+            "ALTER TABLE runs ADD PRIMARY KEY (tenant, run_id)",
+            "CREATE INDEX runs_by_id ON runs (run_id)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -58,6 +58,7 @@ from .base import (
     PutRequest,
     PutResult,
     RunInfo,
+    RunKey,
     RunRecord,
     Scope,
     ScopeInfo,
@@ -519,19 +520,21 @@ class SqliteStorage:
     ) -> BeginResult:
         def op(txn: Txn) -> BeginResult:
             rows = txn.conn.execute(
-                "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
-                (run_id,),
+                "SELECT snapshot_seq, snapshot_us, touched_us FROM runs"
+                " WHERE tenant = ? AND run_id = ?",
+                (tenant, run_id),
             ).fetchall()
             found = None
             if rows:
-                owner, snapshot_seq, snapshot_us, touched_us = rows[0]
-                found = FoundRun(owner, snapshot_seq is not None, touched_us)
+                snapshot_seq, snapshot_us, touched_us = rows[0]
+                found = FoundRun(snapshot_seq is not None, touched_us)
             outcome = classify_run(
                 found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
             )
             if outcome is BeginOutcome.RESUMED:  # so a row was found, and unpacked above
                 txn.conn.execute(
-                    "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
+                    "UPDATE runs SET touched_us = ? WHERE tenant = ? AND run_id = ?",
+                    (now_us, tenant, run_id),
                 )
                 snapshot = Snapshot(snapshot_seq)
                 return BeginResult(outcome, RunRecord(run_id, tenant, snapshot, snapshot_us))
@@ -542,7 +545,7 @@ class SqliteStorage:
             snap_us = txn.last_us
             txn.conn.execute(
                 "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, run_id) DO UPDATE SET"
                 " snapshot_seq = excluded.snapshot_seq, snapshot_us = excluded.snapshot_us,"
                 " touched_us = excluded.touched_us",
                 (run_id, tenant, txn.seq, snap_us, now_us),
@@ -554,14 +557,15 @@ class SqliteStorage:
         result: BeginResult = await self._writer.write(op, quick=True)
         return result
 
-    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
-        if not run_ids:
+    async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
+        if not runs:
             return
 
         def op(txn: Txn) -> None:
             txn.conn.executemany(
-                "UPDATE runs SET touched_us = ? WHERE run_id = ? AND snapshot_seq IS NOT NULL",
-                [(now_us, r) for r in run_ids],
+                "UPDATE runs SET touched_us = ? WHERE tenant = ? AND run_id = ?"
+                " AND snapshot_seq IS NOT NULL",
+                [(now_us, tenant, run_id) for tenant, run_id in runs],
             )
 
         await self._writer.write(op)
@@ -654,16 +658,15 @@ class SqliteStorage:
             raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
         return self._readers[next(self._next_reader)]
 
-    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
+    async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
         rows = await self._point_read(
             "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
-            " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ?",
+            " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ? ORDER BY tenant",
             (run_id, retention_cutoff_us),
         )
-        if not rows:
-            return None
-        tenant, snap, snap_us = rows[0]
-        return RunRecord(run_id, tenant, Snapshot(snap), snap_us)
+        return [
+            RunRecord(run_id, tenant, Snapshot(snap), snap_us) for tenant, snap, snap_us in rows
+        ]
 
     async def search(
         self,
@@ -842,13 +845,13 @@ class SqliteStorage:
             ),
             (
                 "expired_runs",
-                "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
+                "UPDATE runs SET snapshot_seq = NULL WHERE rowid IN (SELECT rowid FROM runs"
                 " WHERE snapshot_seq IS NOT NULL AND touched_us <= ? LIMIT ?)",
                 (horizons.run_cutoff_us, batch_size),
             ),
             (
                 "purged_runs",
-                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
+                "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs"
                 " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
                 (horizons.marker_cutoff_us, batch_size),
             ),

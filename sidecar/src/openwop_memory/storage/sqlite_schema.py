@@ -27,6 +27,11 @@ rows only, so a search costs what its scope holds, not what every tenant's memor
 (before, a word common in another tenant's memory made an empty scope's search read that
 tenant's whole doclist: a CPU amplifier and a word-frequency oracle across tenants). The
 relevance statistics were already the scope's (see ``_SCORES`` in ``sqlite.py``).
+
+Version 5 names a run by its tenant and its id together (the primary key of ``runs``), so
+the same run id begun under two tenants is two runs: an id one tenant took first can
+neither block another tenant's run nor tell it that the id is in use. Existing rows keep
+their tenant; ``runs_by_id`` serves the lookups by id alone.
 """
 
 from __future__ import annotations
@@ -151,6 +156,26 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                 VALUES ('delete', old.seq, old.scope_pk, old.content);
             END""",
             "INSERT INTO entries_fts (entries_fts) VALUES ('rebuild')",
+        ],
+    ),
+    (
+        5,
+        [
+            """CREATE TABLE runs_by_tenant (
+                tenant TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                snapshot_seq INTEGER,
+                snapshot_us INTEGER NOT NULL,
+                touched_us INTEGER NOT NULL,
+                PRIMARY KEY (tenant, run_id)
+            )""",
+            "INSERT INTO runs_by_tenant (tenant, run_id, snapshot_seq, snapshot_us, touched_us)"
+            " SELECT tenant, run_id, snapshot_seq, snapshot_us, touched_us FROM runs",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_by_tenant RENAME TO runs",
+            "CREATE INDEX runs_by_id ON runs (run_id)",
+            "CREATE INDEX runs_by_touch ON runs (touched_us)",
+            "CREATE INDEX runs_by_snapshot ON runs (snapshot_seq) WHERE snapshot_seq IS NOT NULL",
         ],
     ),
 ]

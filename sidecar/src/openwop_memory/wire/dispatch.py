@@ -47,10 +47,10 @@ from openwop_memory_client.wire import (
 )
 
 from ..domain import NOT_NOW, NotNow
-from ..service.memory import MemoryService
+from ..service.memory import BOUND_TENANTS, MemoryService
 from ..service.metrics import CONTENT_TYPE
 from .access_log import MAX_LOGGED_ID_CHARS, AccessLog
-from .binding import permits
+from .binding import ANY_TENANT, permits
 from .jsonrpc_parts import (
     NOID,
     JsonRpcError,
@@ -219,8 +219,9 @@ class Dispatcher:
         async def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
             try:
                 validated = validate(params)
+                _bind_tenants(ctx)
                 if ctx is not None:
-                    await self._check_binding(ctx, validated)
+                    _check_tenant(ctx, validated)
                 result = handler(target, validated)
                 # Every async handler is a coroutine function; the rest answer at once.
                 if type(result) is CoroutineType:
@@ -240,8 +241,9 @@ class Dispatcher:
         def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
             try:
                 validated = validate(params)
-                if ctx is not None and not self._binding_allows_at_once(ctx, validated):
-                    return Success(NOT_NOW)
+                _bind_tenants(ctx)
+                if ctx is not None:
+                    _check_tenant(ctx, validated)
                 return Success(handler(target, validated))
             except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
                 raise _rpc_error(exc) from None
@@ -255,7 +257,8 @@ class Dispatcher:
 
         With a ``pacer``, the request waits for its turn before it runs (a malformed line is
         answered at once: its answer is small). With ``tenants`` (tenant binding is on),
-        a method naming a tenant, or a run of a tenant, not among them is ``forbidden``.
+        a method naming a tenant not among them is ``forbidden``, and a method naming a run
+        means only a run of one of them (another tenant's is answered as absent).
 
         :raises ConnectionResetError: the pacer's client left while the request waited.
         """
@@ -382,36 +385,6 @@ class Dispatcher:
         )
         return _line(self._refuse(error, time.perf_counter()))
 
-    async def _check_binding(self, tenants: frozenset[str], params: pydantic.BaseModel) -> None:
-        """Tenant binding: the tenant a request names, and the tenant of the run it names,
-        must be among ``tenants``. A run that does not exist is left to the method.
-
-        :raises ForbiddenError: one of them is not.
-        """
-        _check_tenant(tenants, params)
-        run_id = getattr(params, "runId", None)
-        if isinstance(run_id, str):
-            _check_run_tenant(tenants, await self._tenant_of_run(run_id))
-
-    def _binding_allows_at_once(self, tenants: frozenset[str], params: pydantic.BaseModel) -> bool:
-        """:meth:`_check_binding` without waiting: ``False`` when it cannot tell yet (the
-        run is not open here).
-
-        :raises ForbiddenError: as :meth:`_check_binding`.
-        """
-        _check_tenant(tenants, params)
-        run_id = getattr(params, "runId", None)
-        if isinstance(run_id, str):
-            run_tenant = self.service.open_run_tenant(run_id)
-            if run_tenant is None:
-                return False
-            _check_run_tenant(tenants, run_tenant)
-        return True
-
-    def _tenant_of_run(self, run_id: str) -> Awaitable[str | None]:
-        # The service's coroutine itself, not one more wrapped around it.
-        return self.service.tenant_of_run(run_id)
-
     @staticmethod
     def at_capacity(retry_after_ms: int) -> bytes:
         """The one line a connection beyond ``max_connections`` gets before it is closed:
@@ -537,9 +510,10 @@ def _check_tenant(tenants: frozenset[str], params: pydantic.BaseModel) -> None:
         raise ForbiddenError("this process may not use that tenant", {"resource": "tenant"})
 
 
-def _check_run_tenant(tenants: frozenset[str], run_tenant: str | None) -> None:
-    if run_tenant is not None and not permits(tenants, run_tenant):
-        raise ForbiddenError("this process may not use that run", {"resource": "run"})
+def _bind_tenants(tenants: frozenset[str] | None) -> None:
+    """Tell the service which tenants' runs the call may mean (tenant binding): a run of
+    another tenant is then answered as absent, neither refused nor revealed."""
+    BOUND_TENANTS.set(None if tenants is None or ANY_TENANT in tenants else tenants)
 
 
 def _invalid(rpc_code: int, message: str, field: str = "request", **extra: Any) -> ValidationError:
