@@ -231,7 +231,7 @@ async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -
     store = backend.storage(path)
     await store.open()
     try:
-        assert (await store.health()).schema_version == 3
+        assert (await store.health()).schema_version == 4
         snap = await fresh_snapshot(store, "tenant-a")
         rows = await store.list(scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None)
         assert [(r.content, r.tokens) for r in rows] == [

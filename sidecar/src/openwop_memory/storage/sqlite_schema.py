@@ -19,6 +19,11 @@ computed from the redacted content at its put when the embedding model is instal
 NULL (entries written before stay NULL and rank by keywords only). It lives in the entry's
 row, so a delete, sweep or purge of the row removes it, overwritten as ``secure_delete``
 overwrites the rest of the row.
+
+Version 4 takes the foreign key off ``idempotency.entry_seq``: the sweeper erases an expired
+entry's row even while a key still names it, and the key (a digest, no content) stays
+until replay retention ends, so that a put repeated with it is refused, not stored again.
+SQLite cannot drop a constraint, so the table is rebuilt.
 """
 
 from __future__ import annotations
@@ -123,6 +128,25 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (3, ["ALTER TABLE entries ADD COLUMN embedding BLOB"]),
+    (
+        4,
+        [
+            """CREATE TABLE idempotency_v4 (
+                scope_pk INTEGER NOT NULL,
+                key TEXT NOT NULL,
+                digest BLOB NOT NULL,
+                entry_seq INTEGER NOT NULL,
+                created_us INTEGER NOT NULL,
+                PRIMARY KEY (scope_pk, key)
+            )""",
+            "INSERT INTO idempotency_v4 SELECT scope_pk, key, digest, entry_seq, created_us"
+            " FROM idempotency",
+            "DROP TABLE idempotency",
+            "ALTER TABLE idempotency_v4 RENAME TO idempotency",
+            "CREATE INDEX idempotency_by_entry ON idempotency (entry_seq)",
+            "CREATE INDEX idempotency_by_age ON idempotency (created_us)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
