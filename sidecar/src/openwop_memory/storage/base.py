@@ -271,12 +271,17 @@ class StoredEntry:
 class StorageGauges:
     """What a backend can tell cheaply about its size and its commits, for the metrics.
 
-    The estimates are upper bounds read from indexes, not counts: they include rows that
-    are deleted but not yet purged. ``None``: the backend does not know it.
+    ``entries`` and ``scopes`` are exact counts where a backend counts cheaply: the live
+    entries (neither deleted nor expired at the call) and the scopes stored. Where it
+    cannot, ``entries_estimate`` and ``scopes_estimate`` are its planner's estimates of
+    the rows stored (deleted and unswept expired ones included). ``None``: the backend
+    does not know it.
     """
 
     database_bytes: int | None = None
     wal_bytes: int | None = None
+    entries: int | None = None
+    scopes: int | None = None
     entries_estimate: int | None = None
     scopes_estimate: int | None = None
     commits: int | None = None  # transactions committed by this process

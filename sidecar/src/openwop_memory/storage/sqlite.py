@@ -113,6 +113,15 @@ _FTS_OPTIMIZE = "INSERT INTO entries_fts (entries_fts) VALUES ('optimize')"
 # Idempotency keys pin a deleted entry (the second put returns it even after the delete);
 # they pin no expired one, which the sweep erases whatever names it.
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
+# The live entries and the scopes, exactly. Every row is counted off the narrowest index
+# (about 7 ms for a million entries), then the tombstones and the expired rows the sweep
+# has not erased yet are taken off through their partial indexes, which hold few rows.
+_COUNTS_SQL = (
+    "SELECT (SELECT count(*) FROM entries)"
+    " - (SELECT count(*) FROM entries WHERE deleted_seq IS NOT NULL)"
+    " - (SELECT count(*) FROM entries WHERE expires_us <= ?1 AND deleted_seq IS NULL),"
+    " (SELECT count(*) FROM scopes)"
+)
 # Below this much free space on the database's file system, health reports ``disk_full``:
 # one WAL cycle between checkpoints (WAL_CHECKPOINT_BYTES) needs about this much.
 _LOW_DISK_BYTES = 16 << 20
@@ -254,7 +263,8 @@ class SqliteStorage:
             path=os.path.abspath(self.path),  # noqa: ASYNC240 - no I/O: a string operation
             created=created,
             schema_version=LATEST_VERSION,
-            entries_estimate=gauges.entries_estimate,
+            entries=gauges.entries,
+            scopes=gauges.scopes,
         )
 
     def _create_private(self) -> bool:
@@ -1107,18 +1117,13 @@ class SqliteStorage:
             except OSError:
                 sizes.append(None)
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
-                # Upper bounds from the rowid order alone: no scan.
-                "SELECT (SELECT max(seq) - min(seq) + 1 FROM entries),"
-                " (SELECT max(scope_pk) FROM scopes)",
-            )
+            rows = await _fetch(self._reader(), _COUNTS_SQL, (wall_clock_us(),))
         entries, scopes = rows[0]
         return StorageGauges(
             database_bytes=sizes[0],
             wal_bytes=sizes[1],
-            entries_estimate=entries or 0,
-            scopes_estimate=scopes or 0,
+            entries=entries,
+            scopes=scopes,
             commits=self._writer.commits,
             committed_writes=self._writer.committed_ops,
             batch_sizes=tuple(zip((*BATCH_BUCKETS, None), self._writer.batch_sizes, strict=True)),
