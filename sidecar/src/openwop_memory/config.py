@@ -242,7 +242,10 @@ class Settings(BaseModel):
         PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
     )
     max_open_runs: int = Field(
-        10_000, ge=1, description="runs begun and not ended at once; more is rate_limited"
+        10_000,
+        ge=1,
+        description="runs whose keyring this process holds; past it the least recently used "
+        "run is evicted (its next put answers not_found)",
     )
     semantic_search: bool = Field(
         True,
@@ -515,6 +518,15 @@ def load_settings(
             ": it must be more than twice sweep_interval (from "
             f"{sources.get('sweep_interval', 'defaults')}), so open runs are kept alive before "
             "their snapshots could expire"
+        )
+    if settings.socket_mode & 0o002 and not settings.tenant_binding:
+        # Connecting takes write permission: every local user could use every tenant's
+        # memory. With tenant_binding each connection's user is checked, so it may be open.
+        raise ConfigError(
+            f"invalid setting socket_mode (from {sources.get('socket_mode', 'defaults')}): "
+            f"{settings.socket_mode:04o} lets every local user connect and use any tenant; "
+            "give the socket a group (0660) and put the workers' users in it, or set "
+            "tenant_binding"
         )
     if deprecations is not None:
         deprecations.extend(given.deprecated)
