@@ -550,6 +550,15 @@ def load_settings(
             f"{sources.get('sweep_interval', 'defaults')}), so open runs are kept alive before "
             "their snapshots could expire"
         )
+    if settings.socket_mode & 0o002 and not settings.tenant_binding:
+        # Connecting takes write permission: every local user could use every tenant's
+        # memory. With tenant_binding each connection's user is checked, so it may be open.
+        raise ConfigError(
+            f"invalid setting socket_mode (from {sources.get('socket_mode', 'defaults')}): "
+            f"{settings.socket_mode:04o} lets every local user connect and use any tenant; "
+            "give the socket a group (0660) and put the workers' users in it, or set "
+            "tenant_binding"
+        )
     if deprecations is not None:
         deprecations.extend(given.deprecated)
     return settings

@@ -591,6 +591,12 @@ class MemoryService:
             raise ConflictError(
                 "the idempotency key was used for a different entry", {"field": "idempotencyKey"}
             )
+        if result.outcome is PutOutcome.KEY_EXPIRED:
+            # As a put repeated after expiresAt is refused before storage: the entry has
+            # expired, its content is erased, and writing it again would resurrect it.
+            raise ValidationError(
+                "the entry this idempotency key wrote has expired", {"field": "entry.expiresAt"}
+            )
         assert result.entry is not None
         return entry_to_wire(result.entry)
 

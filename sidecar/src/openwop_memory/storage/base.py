@@ -170,6 +170,9 @@ class PutOutcome(enum.Enum):
     STORED = "stored"  # a new entry was committed
     REPLAYED = "replayed"  # the key was kept with the same digest: the earlier entry
     KEY_CONFLICT = "key_conflict"  # the key was kept with another digest; nothing written
+    # The key was kept with the same digest, but its entry's expiresAt has passed: its
+    # content is erased (or about to be), so there is nothing to return; nothing written.
+    KEY_EXPIRED = "key_expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,15 @@ class PutResult:
 
 
 KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
+KEY_EXPIRED = PutResult(PutOutcome.KEY_EXPIRED)
+
+
+def replayed(entry: EntryRow | None, now_us: int) -> PutResult:
+    """The answer to a put whose kept key has the same digest: the key's ``entry`` (``None``
+    once the sweep erased it), or KEY_EXPIRED when it is gone or expired at ``now_us``."""
+    if entry is None or (entry.expires_us is not None and entry.expires_us <= now_us):
+        return KEY_EXPIRED
+    return PutResult(PutOutcome.REPLAYED, entry)
 
 
 @dataclass(slots=True)
@@ -262,12 +274,17 @@ class StoredEntry:
 class StorageGauges:
     """What a backend can tell cheaply about its size and its commits, for the metrics.
 
-    The estimates are upper bounds read from indexes, not counts: they include rows that
-    are deleted but not yet purged. ``None``: the backend does not know it.
+    ``entries`` and ``scopes`` are exact counts where a backend counts cheaply: the live
+    entries (neither deleted nor expired at the call) and the scopes stored. Where it
+    cannot, ``entries_estimate`` and ``scopes_estimate`` are its planner's estimates of
+    the rows stored (deleted and unswept expired ones included). ``None``: the backend
+    does not know it.
     """
 
     database_bytes: int | None = None
     wal_bytes: int | None = None
+    entries: int | None = None
+    scopes: int | None = None
     entries_estimate: int | None = None
     scopes_estimate: int | None = None
     commits: int | None = None  # transactions committed by this process
@@ -324,7 +341,9 @@ class Storage(Protocol):
         """Store a new entry, unless its idempotency key is already kept in its scope.
 
         A new entry gets its id from :func:`~openwop_memory.domain.new_entry_id` and its
-        createdAt from the commit; ``now_us`` dates the idempotency key.
+        createdAt from the commit; ``now_us`` dates the idempotency key. A kept key whose
+        entry expired at or before ``now_us`` (or was swept) answers KEY_EXPIRED with the
+        same digest, KEY_CONFLICT with another: an expired entry is never returned.
         """
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
@@ -400,8 +419,10 @@ class Storage(Protocol):
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         """Remove what the horizons allow, in batches of ``batch_size`` so writers never stall.
 
-        Expired entries and idempotency keys past ``key_cutoff_us`` go (an entry pinned by a
-        kept key stays); runs touched at or before ``run_cutoff_us`` lose their snapshot but
+        Expired entries go whatever pins them, and with them every byte of their content
+        the backend can reach (their idempotency keys stay, holding a digest only, so a
+        repeated put is refused rather than stored again); idempotency keys past
+        ``key_cutoff_us`` go; runs touched at or before ``run_cutoff_us`` lose their snapshot but
         keep a marker, and markers touched at or before ``marker_cutoff_us`` go; a tombstoned
         entry goes once no remaining snapshot can see it. A failing step is recorded in
         ``errors`` and the other steps still run.

@@ -63,6 +63,7 @@ from .base import (
     StoredEntry,
     SweepCounts,
     classify_run,
+    replayed,
 )
 from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
@@ -92,6 +93,8 @@ _TAKE_CLOCK = (
     " ON CONFLICT (tenant) DO UPDATE SET seq = c.seq + $2,"
     f" last_us = greatest(c.last_us, {DB_NOW_US}) RETURNING seq, last_us"
 )
+# Idempotency keys pin a deleted entry (the second put returns it even after the delete);
+# they pin no expired one, which the sweep deletes whatever names it.
 _UNPINNED = (
     "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.scope_pk = e.scope_pk AND i.entry_seq = e.seq)"
 )
@@ -215,6 +218,11 @@ class PostgresqlStorage:
                 "server is up and that the user may create tables"
             ) from None
         gauges = await self.gauges()
+        # Exact, where a count could take seconds on a large table: whether a mistyped
+        # database name started an empty memory is what an operator reads this line for.
+        holds_entries = await self._read(
+            lambda conn: conn.fetchval("SELECT EXISTS (SELECT 1 FROM entries)")
+        )
         log.info(
             "database_opened",
             backend="postgresql",
@@ -225,6 +233,7 @@ class PostgresqlStorage:
             database=where["db"],
             created=created,
             schema_version=self._schema_version,
+            holds_entries=bool(holds_entries),
             entries_estimate=gauges.entries_estimate,
         )
 
@@ -470,9 +479,10 @@ class PostgresqlStorage:
             scope_pk = await self._scope_pk(conn, scope, effects)
             key = request.idempotency_key
             if key is not None:
+                # The entry's columns are NULL once the sweep erased it.
                 earlier = await conn.fetchrow(
-                    f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i JOIN entries e"
-                    " ON e.scope_pk = i.scope_pk AND e.seq = i.entry_seq"
+                    f"SELECT i.digest, e.seq, {_ENTRY_COLUMNS} FROM idempotency i"
+                    " LEFT JOIN entries e ON e.scope_pk = i.scope_pk AND e.seq = i.entry_seq"
                     " WHERE i.scope_pk = $1 AND i.key = $2",
                     scope_pk,
                     key,
@@ -480,7 +490,8 @@ class PostgresqlStorage:
                 if earlier is not None:
                     if bytes(earlier[0]) != request.digest:
                         return KEY_CONFLICT
-                    return PutResult(PutOutcome.REPLAYED, _row(tuple(earlier)[1:]))
+                    kept = None if earlier[1] is None else _row(tuple(earlier)[2:])
+                    return replayed(kept, now_us)
             row = EntryRow(
                 new_entry_id(created_us),
                 request.content,
@@ -730,8 +741,7 @@ class PostgresqlStorage:
             (
                 "expired_entries",
                 "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
-                f" FROM entries e WHERE e.expires_us <= $1 AND {_UNPINNED}"
-                " LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                " FROM entries e WHERE e.expires_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 (horizons.now_us, batch_size),
             ),
             (
@@ -954,7 +964,8 @@ class PostgresqlStorage:
 
     async def gauges(self) -> StorageGauges:
         async def read(conn: Conn) -> Any:
-            # reltuples is the planner's estimate (-1 before the table's first ANALYZE).
+            # reltuples is the planner's estimate of the rows (-1 before the table's first
+            # ANALYZE): an exact count would scan the table at every scrape.
             return await conn.fetchrow(
                 "SELECT pg_database_size(current_database()) AS size,"
                 " (SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass) AS entries,"

@@ -34,6 +34,11 @@ Version 4 names a run by its tenant and its id together (the primary key of ``ru
 the same run id begun under two tenants is two runs: an id one tenant took first can
 neither block another tenant's run nor tell it that the id is in use. ``runs_by_id`` serves
 the lookups by id alone.
+
+Version 5 drops the foreign key from ``idempotency`` to ``entries``: the sweeper deletes an
+expired entry's row even while a key still names it, and the key (a digest, no content)
+stays until replay retention ends, so that a put repeated with it is refused, not stored
+again. (The constraint has PostgreSQL's default name, ``<table>_<columns>_fkey``.)
 """
 
 from __future__ import annotations
@@ -164,6 +169,10 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "ALTER TABLE runs ADD PRIMARY KEY (tenant, run_id)",
             "CREATE INDEX runs_by_id ON runs (run_id)",
         ],
+    ),
+    (
+        5,
+        ["ALTER TABLE idempotency DROP CONSTRAINT IF EXISTS idempotency_scope_pk_entry_seq_fkey"],
     ),
 ]
 

@@ -32,6 +32,11 @@ Version 5 names a run by its tenant and its id together (the primary key of ``ru
 the same run id begun under two tenants is two runs: an id one tenant took first can
 neither block another tenant's run nor tell it that the id is in use. Existing rows keep
 their tenant; ``runs_by_id`` serves the lookups by id alone.
+
+Version 6 takes the foreign key off ``idempotency.entry_seq``: the sweeper erases an expired
+entry's row even while a key still names it, and the key (a digest, no content) stays
+until replay retention ends, so that a put repeated with it is refused, not stored again.
+SQLite cannot drop a constraint, so the table is rebuilt.
 """
 
 from __future__ import annotations
@@ -176,6 +181,25 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "CREATE INDEX runs_by_id ON runs (run_id)",
             "CREATE INDEX runs_by_touch ON runs (touched_us)",
             "CREATE INDEX runs_by_snapshot ON runs (snapshot_seq) WHERE snapshot_seq IS NOT NULL",
+        ],
+    ),
+    (
+        6,
+        [
+            """CREATE TABLE idempotency_v4 (
+                scope_pk INTEGER NOT NULL,
+                key TEXT NOT NULL,
+                digest BLOB NOT NULL,
+                entry_seq INTEGER NOT NULL,
+                created_us INTEGER NOT NULL,
+                PRIMARY KEY (scope_pk, key)
+            )""",
+            "INSERT INTO idempotency_v4 SELECT scope_pk, key, digest, entry_seq, created_us"
+            " FROM idempotency",
+            "DROP TABLE idempotency",
+            "ALTER TABLE idempotency_v4 RENAME TO idempotency",
+            "CREATE INDEX idempotency_by_entry ON idempotency (entry_seq)",
+            "CREATE INDEX idempotency_by_age ON idempotency (created_us)",
         ],
     ),
 ]
