@@ -64,7 +64,7 @@ from .base import (
     SweepCounts,
     classify_run,
 )
-from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
+from .postgresql_errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .scope_cache import ScopeCache
 
@@ -210,11 +210,7 @@ class PostgresqlStorage:
             raise
         except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
             await self.close()
-            reason = getattr(exc, "sqlstate", None) or type(exc).__name__
-            raise StorageStartupError(
-                f"cannot open the PostgreSQL database ({reason}); check the URL, that the "
-                "server is up and that the user may create tables"
-            ) from None
+            raise startup_error(exc, self.dsn) from None
         gauges = await self.gauges()
         log.info(
             "database_opened",
