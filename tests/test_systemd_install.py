@@ -213,10 +213,12 @@ class StandInManager:
         self.listener = self.ns.bound_listener(path, int(socket_unit.get("Backlog", "128")))
         os.chown(str(self.ns.root) + path, *owner)
         os.chmod(str(self.ns.root) + path, int(socket_unit["SocketMode"], 8))
-        # StateDirectory=: /var/lib/<name>, owned by the service's user, with its mode.
-        state = self.ns.root / "var/lib" / service["StateDirectory"]
-        state.mkdir(mode=int(service["StateDirectoryMode"], 8), exist_ok=True)
-        os.chown(state, *user)
+        # StateDirectory=: /var/lib/<name> for each name, owned by the service's user, with
+        # its mode.
+        for name in service["StateDirectory"].split():
+            state = self.ns.root / "var/lib" / name
+            state.mkdir(mode=int(service["StateDirectoryMode"], 8), exist_ok=True)
+            os.chown(state, *user)
         # The manager's notification socket (inside the scratch /run, writable by the user).
         notify_path = "/run/test-notify.sock"
         with contextlib.suppress(FileNotFoundError):
@@ -404,6 +406,10 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         assert quoted
         for wall, cpu in quoted:
             assert_probe_cost_quoted("systemd/README.md", wall, cpu, cost)
+        # The page's backup landed where root sees it, of the size the sidecar reported.
+        (backed_up,) = [c for c in ran if c.startswith("openwop-memory backup")]
+        copy = ns.root / "var/lib/openwop-memory/backups/memory.db"
+        assert f"backed up {copy.stat().st_size} bytes to" in ran[backed_up].stdout
         assert manager.stop() == 0, manager.log()
         assert (ns.root / "run/openwop-memory/memory.sock").is_socket()
     finally:
