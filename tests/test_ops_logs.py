@@ -5,6 +5,8 @@ at ``error`` so that ``--log-level error`` still shows it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -80,3 +82,40 @@ def test_an_outage_logs_console_lines_without_tracebacks(workdir: Path) -> None:
     for line in lines:
         assert not line.startswith(TRACEBACK_MARKS), line
         assert not line.startswith("{"), line
+
+
+# A dependency's record with content in its message's later lines and in its exception,
+# logged through the standard library by a process set up as `serve` sets itself up.
+_FOREIGN_RECORD = """
+import asyncpg, logging
+from openwop_memory.logs import configure_logging
+configure_logging("json", "info")
+try:
+    raise ValueError("the entry said SECRET-1")
+except ValueError:
+    logging.getLogger("asyncio").error(
+        "Task exception was never retrieved\\nfuture: <Task exception=ValueError('SECRET-2')>",
+        exc_info=True,
+    )
+exc = asyncpg.exceptions.UniqueViolationError("Key (k)=(SECRET-3) already exists")
+logging.getLogger("asyncpg.pool").warning("a failure", exc_info=exc)
+refused = ConnectionRefusedError(111, "Connection refused")
+logging.getLogger("asyncpg.pool").warning("refused", exc_info=refused)
+"""
+
+
+def test_a_dependency_s_exception_is_one_field_without_its_content() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FOREIGN_RECORD], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 3, lines
+    assert "SECRET" not in done.stderr
+    first, second, third = map(json.loads, lines)
+    assert (first["event"], first["logger"], first["level"]) == (
+        "Task exception was never retrieved", "asyncio", "error",
+    )  # fmt: skip
+    assert first["error"] == "ValueError"
+    assert second["error"] == "UniqueViolationError (23505)"
+    assert third["error"] == "ConnectionRefusedError: Connection refused"

@@ -14,9 +14,12 @@ by the same level, with a ``logger`` key naming where they came from.
 :func:`summarize_exception`): the class, and the message only where it cannot carry content.
 An OS error's message is its ``strerror``; a PostgreSQL server error's is replaced by its
 SQLSTATE, because the server quotes values in its messages (``Key (x)=(...) already
-exists``); a message of any other exception is dropped, since a dependency may put any data
-in it. A traceback would add file names and source lines, no content, but it spreads one
-event over dozens of lines that a log pipeline expecting JSON lines cannot parse.
+exists``; asyncpg's ``DataError``, SQLSTATE 22000, quotes the argument it could not encode);
+asyncpg's client-side connection errors keep their fixed phrases; a message of any other
+exception is dropped, since a dependency may put any data in it. A foreign record's message
+is cut to its first line for the same reason (asyncio appends reprs to its own). A traceback
+would add file names and source lines, no content, but it spreads one event over dozens of
+lines that a log pipeline expecting JSON lines cannot parse.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ import structlog
 
 from .timefmt import format_us, now_us
 
+# asyncpg's client-side errors about the connection itself (no SQLSTATE), whose messages
+# are fixed phrases (released to the pool, another operation in progress).
+_FIXED_MESSAGE_ERRORS = frozenset(
+    {"InterfaceError", "ConnectionDoesNotExistError", "InternalClientError"}
+)
 SENSITIVE_KEYS = frozenset(
     {"content", "tags", "entry", "secret", "secrets", "value", "params", "request", "response"}
 )
@@ -54,18 +62,28 @@ def drop_sensitive_keys(
 def describe_exception(exc: BaseException) -> str:
     """``Class: message`` where the message cannot carry content, else ``Class`` (see the
     module): an OS error's ``strerror``, a database server error's SQLSTATE, and the fixed
-    messages of a database driver's client side (those without a SQLSTATE); nothing else."""
+    phrases of asyncpg's connection errors; nothing else."""
     name = type(exc).__name__
     if isinstance(exc, OSError):
         return f"{name}: {exc.strerror}" if exc.strerror else name
     sqlstate = getattr(exc, "sqlstate", None)
     if sqlstate:
         return f"{name} ({sqlstate})"
-    if type(exc).__module__.partition(".")[0] == "asyncpg" and str(exc):
-        # The driver's own errors about the connection (closed, timed out, a protocol state)
-        # are fixed phrases; what the server says carries a SQLSTATE and is handled above.
+    if name in _FIXED_MESSAGE_ERRORS and type(exc).__module__.startswith("asyncpg") and str(exc):
         return f"{name}: {str(exc).splitlines()[0]}"
     return name
+
+
+def first_line_only(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A foreign record's message cut to its first line: asyncio's "Task exception was never
+    retrieved" appends the task's and the exception's repr on further lines, which may
+    quote a value."""
+    message = event.get("event")
+    if isinstance(message, str) and "\n" in message:
+        event["event"] = message.partition("\n")[0]
+    return event
 
 
 def summarize_exception(
@@ -150,7 +168,7 @@ def _route_standard_logging(chain: list[Any], renderer: Any, level: int) -> None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, *chain],
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, first_line_only, *chain],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         )
     )
