@@ -184,8 +184,6 @@ async def _open_storage(settings: Settings, notify: Callable[[str], object]) -> 
         except StorageStartupError as exc:
             raise StartupError(str(exc)) from None
         else:
-            if attempt > 1:
-                notify("STATUS=starting")
             return storage
 
 

@@ -326,7 +326,7 @@ class Server:
                         conns.start_soon(
                             self._accept, admin.listener, conns, self.app.admin_dispatcher
                         )
-                    notify("READY=1")
+                    notify("READY=1\nSTATUS=serving")  # over a start's waiting status
                     watchdog = self._systemd.watchdog_interval
                     if watchdog is not None:
                         tg.start_soon(self._watchdog, watchdog)
