@@ -10,7 +10,9 @@ after the bound with one line.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.backends import Backend
 from support.postgres import PostgresServer
-from support.sidecar import Sidecar, run_cli
+from support.sidecar import EXE, Sidecar, run_cli
 
 pytestmark = pytest.mark.backend_independent
 
@@ -155,3 +157,22 @@ def test_a_server_that_never_comes_fails_the_start_after_the_bound(
     attempts = [json.loads(line) for line in lines[:-1]]
     assert len(attempts) >= 2
     assert {a["event"] for a in attempts} == {"database_waiting"}
+
+
+def test_a_sidecar_without_network_points_at_the_drop_in(workdir: Path) -> None:
+    """As under the shipped unit (PrivateNetwork=yes: a network namespace with no route):
+    the line names what refused the connection, and the page with the drop-in."""
+    if os.geteuid() != 0:
+        pytest.fail("a network namespace of its own needs root, as CI has")
+    done = subprocess.run(
+        ["unshare", "--net", EXE, "serve", "--socket", str(workdir / "s.sock"),
+         "--database", f"postgresql://memory:{PASSWORD}@192.0.2.10/memory",
+         "--database-wait", "0s"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "cannot reach the PostgreSQL server (OSError: Network is unreachable)" in line
+    assert "this host refused the connection itself" in line
+    assert "PostgreSQL drop-in (see systemd/README.md)" in line
+    assert PASSWORD not in line and "192.0.2.10" not in line

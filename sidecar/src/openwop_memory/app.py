@@ -166,8 +166,9 @@ async def _open_storage(settings: Settings, notify: Callable[[str], object]) -> 
             waited = anyio.current_time() - started
             left = settings.database_wait - waited
             if left <= 0:
+                attempts = f"{attempt} attempt" + ("s" if attempt > 1 else "")
                 raise StartupError(
-                    f"{exc} (waited {waited:.1f} s, {attempt} attempts: database_wait)"
+                    f"{exc} (waited {waited:.1f} s, {attempts}: database_wait)"
                 ) from None
             pause = min(delay, left)
             log.warning(
