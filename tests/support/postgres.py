@@ -144,7 +144,6 @@ class PostgresServer:
         self.psql(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
         hba = self.data / "pg_hba.conf"
         hba.write_text(f"local all {name} scram-sha-256\n" + hba.read_text())
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "reload")
         self.psql("SELECT pg_reload_conf()")
 
     def url_as(self, database: str, user: str, password: str | None = None) -> str:
