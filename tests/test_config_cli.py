@@ -194,8 +194,8 @@ BAD_SETTINGS: list[tuple[str, tuple[str, ...], dict[str, str], str | None, tuple
      ("sqlite.busy_timeout", "busy_timeout (from config file {config})")),
     ("postgresql-unreachable",
      ("--database", "postgresql://memory@/memory?host=/nonexistent",
-      "--postgresql-connect-timeout", "1s"),
-     {}, None, ("cannot open the PostgreSQL database", "check the URL")),
+      "--postgresql-connect-timeout", "1s", "--database-wait", "0s"),
+     {}, None, ("cannot reach the PostgreSQL server", "check that the server is up")),
 ]  # fmt: skip
 
 

@@ -328,7 +328,9 @@ def _flag_help(name: str, field: Any) -> str:
 def startup_message(exc: Exception) -> str:
     """The one line after ``cannot start:``, with a hint for a permission problem."""
     message = str(exc)
-    if "permission denied" in message.lower():
+    # The operating system's EACCES (strerror "Permission denied"), not PostgreSQL's
+    # lower-case "permission denied for schema", which the database's own hint covers.
+    if "Permission denied" in message:
         message += f" ({PERMISSION_HINT})"
     return message
 

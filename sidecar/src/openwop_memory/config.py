@@ -194,6 +194,12 @@ class Settings(BaseModel):
         "the tables); false: a missing one stops the start, naming it (for production, once "
         "it exists: a mistyped path then fails instead of starting empty)",
     )
+    database_wait: SecondsOrOff = Field(
+        30.0,
+        description="how long a start waits for a database server it cannot reach yet "
+        "(PostgreSQL: refused, unreachable, still starting), retrying with a growing back-off "
+        "and logging each attempt; then the start fails. 0: fail at once",
+    )
     redaction: Literal["rewrite", "reject", "reject-disguised"] = Field(
         "rewrite",
         description="when an entry holds a secret: rewrite it as [REDACTED:<id>], reject the "

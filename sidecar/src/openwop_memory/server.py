@@ -85,7 +85,7 @@ async def serve(settings: Settings) -> None:
         _raise_descriptor_limit(settings.max_connections + _RESERVED_DESCRIPTORS)
         if settings.admin_socket is not None:
             check_socket_path(settings.admin_socket)
-        app = await open_app(settings)
+        app = await open_app(settings, notify=systemd.notify)
     except BaseException:
         if inherited is not None:
             inherited.close()  # this process's copy; systemd keeps listening on its own
@@ -326,7 +326,7 @@ class Server:
                         conns.start_soon(
                             self._accept, admin.listener, conns, self.app.admin_dispatcher
                         )
-                    notify("READY=1")
+                    notify("READY=1\nSTATUS=serving")  # over a start's waiting status
                     watchdog = self._systemd.watchdog_interval
                     if watchdog is not None:
                         tg.start_soon(self._watchdog, watchdog)

@@ -497,3 +497,9 @@ class Storage(Protocol):
 
 class StorageStartupError(Exception):
     """The database cannot be used; the message says why and what to do."""
+
+
+class DatabaseUnreachableError(StorageStartupError):
+    """The database server could not be reached, or is not accepting connections yet: worth
+    waiting for at start-up (``database_wait``), unlike a wrong password or a missing
+    database, which no wait repairs."""

@@ -37,6 +37,7 @@ from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ..logs import describe_exception
 from ..retrieval import estimate_tokens
 from ..timefmt import now_us as wall_clock_us
 from .base import (
@@ -65,7 +66,7 @@ from .base import (
     classify_run,
     replayed,
 )
-from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
+from .postgresql_errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .scope_cache import ScopeCache
 
@@ -173,6 +174,7 @@ class PostgresqlStorage:
         self._schema_version = 0
         self._closed = False
         self._write_error: str | None = None  # the reason, while the latest write failed
+        self._unreachable_since: float | None = None  # since a connection error, until a call works
         self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
         self._vectors_cache: VectorCache | None = None
 
@@ -212,11 +214,7 @@ class PostgresqlStorage:
             raise
         except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
             await self.close()
-            reason = getattr(exc, "sqlstate", None) or type(exc).__name__
-            raise StorageStartupError(
-                f"cannot open the PostgreSQL database ({reason}); check the URL, that the "
-                "server is up and that the user may create tables"
-            ) from None
+            raise startup_error(exc, self.dsn) from None
         gauges = await self.gauges()
         # Exact, where a count could take seconds on a large table: whether a mistyped
         # database name started an empty memory is what an operator reads this line for.
@@ -315,10 +313,12 @@ class PostgresqlStorage:
         with translate_errors():
             try:
                 async with self._acquire() as conn:
-                    return await fn(conn)
-            except CONNECTION_ERRORS:
-                await self._expire_idle()
+                    result = await fn(conn)
+            except CONNECTION_ERRORS as exc:
+                await self._connection_lost(exc)
                 raise
+        self._connection_works()
+        return result
 
     async def _write(self, fn: Callable[[Conn, Effects], Awaitable[T]]) -> T:
         """``fn`` in a transaction of its own, retried on a deadlock or serialization failure;
@@ -342,19 +342,33 @@ class PostgresqlStorage:
                     if is_retryable(exc) and attempt + 1 < _RETRIES:
                         continue
                     raise
-                except CONNECTION_ERRORS:
-                    await self._expire_idle()
+                except CONNECTION_ERRORS as exc:
+                    await self._connection_lost(exc)
                     raise
                 for effect in effects:
                     effect()
+                self._connection_works()
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _expire_idle(self) -> None:
+    async def _connection_lost(self, exc: BaseException) -> None:
         """After a connection error, replace every pooled connection on its next use: after a
-        server restart they are all dead."""
+        server restart they are all dead. The first error of an outage is logged (at error:
+        the line an operator's alert keys on), the others are not: one line per outage."""
+        if self._unreachable_since is None:
+            self._unreachable_since = anyio.current_time()
+            log.error("database_unreachable", backend="postgresql", error=describe_exception(exc))
         if self._pool is not None:
             await self._pool.expire_connections()
+
+    def _connection_works(self) -> None:
+        """A call went through: if an outage was logged, log its end."""
+        if self._unreachable_since is not None:
+            seconds = anyio.current_time() - self._unreachable_since
+            self._unreachable_since = None
+            log.warning(
+                "database_reachable", backend="postgresql", unreachable_seconds=round(seconds, 1)
+            )
 
     async def _scope_pk(self, conn: Conn, scope: Scope, effects: Effects) -> int:
         """The scope's id, creating the scope if new (the tenant's clock is already held).
