@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
+DSTAMP := $(VENV)/.installed-dist
 VAR    := var
 
 .PHONY: run test lint typecheck unit bench soak dist clean lock image
@@ -111,7 +112,12 @@ image:
 
 # The sdists and wheels of both distributions, in dist/ (the client's is what a worker in
 # another project installs). Built without isolation, from .venv's setuptools: no download.
-dist: $(TSTAMP)
+# It needs the build tools alone (the `dist` extra), not the test toolchain.
+$(DSTAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dist]'
+	touch $@
+
+dist: $(DSTAMP)
 	rm -rf dist
 	$(BIN)/python -m build --no-isolation --outdir dist client
 	$(BIN)/python -m build --no-isolation --outdir dist sidecar

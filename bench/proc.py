@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -35,12 +36,22 @@ class Stopped:
 
 
 class ServerProcess:
-    """One server process whose stdout and stderr go to ``log_path``."""
+    """One server process whose stdout and stderr go to ``log_path``; with ``nofile``, it
+    starts with that soft descriptor limit (as under a shell's or systemd's default of 1024,
+    whatever this process's own limit is)."""
 
-    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        nofile: int | None = None,
+    ):
         self.argv = list(argv)
         self.log_path = log_path
         self.env = env
+        self.nofile = nofile
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
 
@@ -53,8 +64,19 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             self.started_at = time.perf_counter()
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=self.env
+                self.argv,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                preexec_fn=None if self.nofile is None else self._limit_descriptors,
             )
+
+    def _limit_descriptors(self) -> None:
+        assert self.nofile is not None
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        soft = self.nofile if hard == resource.RLIM_INFINITY else min(self.nofile, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
     async def wait_ready(self, probe: Callable[[], Awaitable[bool]], *, within: float) -> float:
         """Seconds from process start to the first probe that succeeds.
@@ -87,6 +109,24 @@ class ServerProcess:
             if name in ("VmRSS", "VmHWM"):
                 fields[name] = int(value.split()[0])  # always reported in kB
         return Memory(fields["VmRSS"], fields["VmHWM"])
+
+    def memory_if_alive(self) -> Memory | None:
+        """:meth:`memory`, or None once the process has exited (or was never started)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            return self.memory()
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def reset_peak(self) -> bool:
+        """Start :meth:`memory`'s ``peak_kib`` (VmHWM) again from the present RSS, so that it
+        is the peak of what follows; False where the kernel does not allow it."""
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            return False
+        return True
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time of the process, all its threads included."""

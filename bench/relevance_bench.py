@@ -8,7 +8,9 @@ runs it alone.
   (limit 100) with the query's vector, as ``memory.list`` calls it: hybrid (keywords and
   meaning), meaning only and keywords only, for a query of two specific words and one
   holding a common word (the keyword side weighs every match). The first search of the
-  scope, which loads the vectors into the cache, is reported on its own.
+  scope, which loads the vectors into the cache, is reported on its own. Then another
+  tenant's empty scope searches (keywords) the big scope's most common word and a word
+  nobody wrote: the same cost, as a search reads only its own scope's index.
 - **Cost per put.** CPU per put of 1 KiB entries (every thread of the process: the writer's
   too), in three stores side by side: without the full-text index (its triggers dropped),
   with it, and with it and the embedding (computed from the content as the service does,
@@ -53,6 +55,7 @@ from openwop_memory.timefmt import now_us
 from bench.report import Metric, SuiteResult, Target
 
 SCOPE = Scope("bench", "big")
+OTHER = Scope("bench-other-tenant", "empty")  # a tenant of its own, which wrote nothing
 LABELLED = Path(__file__).resolve().parent / "data" / "relevance_set.json"
 _PER_100K = 100_000
 
@@ -84,9 +87,9 @@ def _request(content: str, vector: bytes | None, scope: Scope = SCOPE) -> PutReq
     return PutRequest(scope, content, (), None, None, digest, vector)
 
 
-async def _snapshot(store: SqliteStorage, run_id: str) -> Snapshot:
+async def _snapshot(store: SqliteStorage, run_id: str, tenant: str = SCOPE.tenant) -> Snapshot:
     begun = await store.begin_run(
-        run_id=run_id, tenant=SCOPE.tenant, replay=False, now_us=now_us(), retention_cutoff_us=0
+        run_id=run_id, tenant=tenant, replay=False, now_us=now_us(), retention_cutoff_us=0
     )
     assert begun.run is not None
     return begun.run.snapshot
@@ -108,13 +111,16 @@ async def _latency(
         for start in range(0, config.entries, 500):
             await asyncio.gather(*(put() for _ in range(min(500, config.entries - start))))
         snapshot = await _snapshot(store, "reader")
+        other_snapshot = await _snapshot(store, "other-reader", OTHER.tenant)
 
-        async def search(text: str, *, keywords: bool = True, meaning: bool = True) -> float:
+        async def search(
+            text: str, *, keywords: bool = True, meaning: bool = True, scope: Scope = SCOPE
+        ) -> float:
             terms, vector = query_terms(text), embedder.vector(text)
             started = time.perf_counter()
             await store.search(
-                scope=SCOPE,
-                snapshot=snapshot,
+                scope=scope,
+                snapshot=snapshot if scope == SCOPE else other_snapshot,
                 now_us=now_us(),
                 terms=terms if keywords else [],
                 limit=100,
@@ -123,8 +129,8 @@ async def _latency(
             )
             return time.perf_counter() - started
 
-        async def timings(text: str, **kw: bool) -> list[float]:
-            return sorted([await search(text, **kw) for _ in range(config.samples)])
+        async def timings(text: str, scope: Scope = SCOPE, **kw: bool) -> list[float]:
+            return sorted([await search(text, scope=scope, **kw) for _ in range(config.samples)])
 
         # Two specific words (each stem in about 0.2 % of the entries), and two of which
         # one is in about 9 % (stemming folds many words of the vocabulary into it).
@@ -135,6 +141,10 @@ async def _latency(
         keyword = await timings(specific, meaning=False)
         keyword_common = await timings(common, meaning=False)
         meaning = await timings(specific, keywords=False)
+        # Issue 20, row 12: another tenant's empty scope searching the big scope's most
+        # common word (in nearly every entry) against a word nobody wrote.
+        other_common = await timings(words[0], OTHER, meaning=False)
+        other_absent = await timings("zzzunwrittenword", OTHER, meaning=False)
     finally:
         await store.close()
     size = (directory / "relevance.db").stat().st_size  # closing checkpointed the WAL
@@ -155,6 +165,12 @@ async def _latency(
             "ms",
         ),
         Metric("first relevance list of the scope (loads its vectors)", first * 1e3, "ms"),
+        Metric(
+            "search cost p50, empty scope, a word common in another tenant",
+            _ms(other_common, 0.5),
+            "ms",
+        ),
+        Metric("search cost p50, empty scope, a word nobody wrote", _ms(other_absent, 0.5), "ms"),
         Metric("disk per 100k entries of 40 words (SQLite file)", size * scale / 2**20, "MiB"),
         Metric("disk per 100k entries: full-text index", fts * scale / 2**20, "MiB"),
         Metric("disk per 100k entries: vectors", vectors * scale / 2**20, "MiB"),

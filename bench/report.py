@@ -117,8 +117,14 @@ def format_runs(runs: Sequence[Sequence[Metric]]) -> str:
                 "-" if set(verdicts) == {"-"} else " / ".join(verdicts),
             )
         )
+    # Numbers line up on their last digit.
+    return _aligned(header, rows, right=set(range(1, 1 + len(columns))))
+
+
+def _aligned(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """``header``, a rule, then ``rows``, in columns two spaces apart; the columns whose
+    index is in ``right`` flush right."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = set(range(1, 1 + len(columns)))  # numbers line up on their last digit
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -130,9 +136,42 @@ def format_runs(runs: Sequence[Sequence[Metric]]) -> str:
     return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 
+Cell = float | str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of its own, for results that are not one value per metric (say a row per
+    attack, with a number per column and a word of outcome): ``columns`` are
+    ``(heading, json key)`` pairs; a row holds one cell per column, a float (printed like a
+    metric's value, NaN as ``n/a``) or text."""
+
+    title: str
+    columns: tuple[tuple[str, str], ...]
+    rows: list[tuple[Cell, ...]] = field(default_factory=list)
+
+    def format(self) -> str:
+        """The title, then the rows aligned under the headings, numbers flush right."""
+        numeric = {i for row in self.rows for i, c in enumerate(row) if not isinstance(c, str)}
+        cells = [tuple(c if isinstance(c, str) else _number(c) for c in row) for row in self.rows]
+        body = _aligned([heading for heading, _ in self.columns], cells, right=numeric)
+        return f"{self.title}\n{body}"
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """A row an object, by the columns' JSON keys (NaN as ``null``)."""
+        return [
+            {
+                key: None if isinstance(c, float) and math.isnan(c) else c
+                for (_, key), c in zip(self.columns, row, strict=True)
+            }
+            for row in self.rows
+        ]
+
+
 @dataclass
 class SuiteResult:
     """What one benchmark suite reports: table rows, and free-text notes printed below."""
 
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)  # printed after the metrics' tables

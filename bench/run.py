@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 if not __package__:
     # Run as a script, sys.path[0] is bench/ itself; the suites import each other as bench.*.
@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import orjson
 
+from bench.attack_bench import AttackBenchConfig
+from bench.attack_bench import run as run_attack
 from bench.lean_client import ProtocolFailure, RpcError
 from bench.measure import BenchFailure
 from bench.metrics_bench import run as run_metrics
@@ -37,7 +39,7 @@ from bench.redaction_bench import RedactionBenchConfig
 from bench.redaction_bench import run as run_redaction
 from bench.relevance_bench import RelevanceBenchConfig
 from bench.relevance_bench import run as run_relevance
-from bench.report import Metric, SuiteResult, format_runs
+from bench.report import Metric, SuiteResult, Table, format_runs
 from bench.sidecar_bench import SidecarBenchConfig
 from bench.sidecar_bench import run as run_sidecar
 from bench.workdir import bench_workdir
@@ -61,6 +63,8 @@ class Options:
     sidecar_args: tuple[str, ...]
     postgresql: bool
     runs: int
+    attack_seconds: float | None = None  # None: 4 s, 0.5 with --quick
+    only: tuple[str, ...] = ()  # suite names; empty: every suite
 
 
 def _sidecar_config(options: Options, workdir: Path, column: str) -> SidecarBenchConfig:
@@ -122,6 +126,24 @@ async def metrics_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_metrics(options.quick)
 
 
+async def attack_suite(options: Options, workdir: Path) -> SuiteResult:
+    """The "under attack" table: a bystander's gets and the sidecar's RSS during each
+    attack of issue 20, each row on a fresh SQLite sidecar."""
+    common: dict[str, Any] = {
+        "sidecar_exe": options.sidecar_exe,
+        "sidecar_args": options.sidecar_args,
+    }
+    if options.attack_seconds is not None:
+        common["seconds"] = options.attack_seconds
+    if options.quick:
+        # Smoke-run sizes, and no embedding model to load in every row's sidecar.
+        common["sidecar_args"] = ("--semantic-search", "false", *options.sidecar_args)
+        config = AttackBenchConfig.quick(workdir, **common)
+    else:
+        config = AttackBenchConfig(workdir=workdir, **common)
+    return await run_attack(config)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
 SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
@@ -129,6 +151,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("redaction", redaction_suite),
     ("relevance", relevance_suite),
     ("metrics", metrics_suite),
+    ("attack", attack_suite),
 ]
 
 
@@ -163,6 +186,21 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         "--no-postgresql",
         action="store_true",
         help="skip the PostgreSQL column (it starts a throwaway server)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[name for name, _ in SUITES],
+        default=[],
+        metavar="SUITE",
+        help="run this suite alone, repeatable: --only attack (suites: "
+        + ", ".join(name for name, _ in SUITES)
+        + ")",
+    )
+    parser.add_argument(
+        "--attack-seconds",
+        type=float,
+        help="length of each attack of the attack suite, and of the bystander alone (4)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument(
@@ -208,6 +246,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         sidecar_args=tuple(args.sidecar_arg),
         postgresql=not args.no_postgresql,
         runs=args.runs,
+        attack_seconds=args.attack_seconds,
+        only=tuple(args.only),
     )
     counts = (options.entries, options.samples, options.clients, options.get_clients, options.runs)
     if min(counts) < 1 or options.warmup < 0:
@@ -217,42 +257,56 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         )
     if not 0 < options.seconds <= 600:
         parser.error("--seconds must be in (0, 600]")
+    if options.attack_seconds is not None and not 0 < options.attack_seconds <= 60:
+        parser.error("--attack-seconds must be in (0, 60]")
     return options
 
 
-async def run_suites(options: Options) -> tuple[list[Metric], list[str]]:
-    metrics: list[Metric] = []
-    notes: list[str] = []
+async def run_suites(options: Options) -> SuiteResult:
+    """Every suite (or those of ``--only``) one after another, their results together."""
+    result = SuiteResult()
     for name, suite in SUITES:
+        if options.only and name not in options.only:
+            continue
         with bench_workdir(name, keep=options.keep) as workdir:
-            result = await suite(options, workdir)
-        metrics.extend(result.metrics)
-        notes.extend(result.notes)
-    return metrics, notes
+            one = await suite(options, workdir)
+        result.metrics.extend(one.metrics)
+        result.notes.extend(one.notes)
+        result.tables.extend(one.tables)
+    return result
 
 
-def _tables(runs: list[list[Metric]]) -> str:
-    """The backends' suites side by side, then the rest (the redactor) in a table of its own."""
+def _tables(runs: list[list[Metric]], tables: list[Table]) -> str:
+    """The backends' suites side by side, then the rest (the redactor) in a table of its own,
+    then the suites' own tables."""
     by_backend = [[m for m in run if m.column] for run in runs]
     others = [[m for m in run if not m.column] for run in runs]
-    return "\n\n".join(format_runs(group) for group in (by_backend, others) if group[0])
+    parts = [format_runs(group) for group in (by_backend, others) if group[0]]
+    return "\n\n".join(parts + [t.format() for t in tables])
+
+
+def _json(result: SuiteResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"metrics": [m.as_json() for m in result.metrics]}
+    if result.tables:
+        out["tables"] = {t.title: t.as_json() for t in result.tables}
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
-    runs: list[list[Metric]] = []
+    runs: list[SuiteResult] = []
     notes: list[str] = []
     try:
         for n in range(options.runs):
             if options.runs > 1:
                 print(f"bench: run {n + 1} of {options.runs}", file=sys.stderr, flush=True)
-            metrics, run_notes = asyncio.run(run_suites(options))
-            runs.append(metrics)
+            result = asyncio.run(run_suites(options))
+            runs.append(result)
             if options.runs > 1:
                 # Each run's own table as it ends, so a later run's failure loses none of it.
-                print(_tables([metrics]), file=sys.stderr, flush=True)
+                print(_tables([result.metrics], result.tables), file=sys.stderr, flush=True)
             notes.extend(
-                run_notes if options.runs == 1 else [f"run {n + 1}: {x}" for x in run_notes]
+                result.notes if options.runs == 1 else [f"run {n + 1}: {x}" for x in result.notes]
             )
     except (BenchFailure, ServerFailed, ProtocolFailure, RpcError, TimeoutError, OSError) as exc:
         print(f"bench: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -261,20 +315,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("bench: FAILED", file=sys.stderr)
         return 1
-    print(_tables(runs))
+    # Tables of their own are not min-max'ed over runs: each run's is shown, the last here.
+    print(_tables([r.metrics for r in runs], runs[-1].tables))
     if options.runs > 1:
         print(f"each value: lowest-highest of {options.runs} runs; PASS k/n: passed in k of n")
+        if runs[-1].tables:
+            print("tables of their own: the last run's (every run's is printed as it ends)")
     for note in notes:
         print(note)
     if options.json:
         if options.runs == 1:
-            print(orjson.dumps({"metrics": [m.as_json() for m in runs[0]]}).decode())
+            print(orjson.dumps(_json(runs[0])).decode())
         else:
-            print(
-                orjson.dumps(
-                    {"runs": [{"metrics": [m.as_json() for m in run]} for run in runs]}
-                ).decode()
-            )
+            print(orjson.dumps({"runs": [_json(r) for r in runs]}).decode())
     return 0
 
 

@@ -109,6 +109,7 @@ class SidecarBenchConfig:
     seed: int = 20261129
     sidecar_exe: str = ""  # default: openwop-memory beside this interpreter
     sidecar_args: tuple[str, ...] = ()
+    nofile: int | None = None  # the sidecar's soft descriptor limit at start (default: ours)
     profile: Path | None = None  # run the sidecar under cProfile, dump the stats here
     profile_clock: Literal["wall", "cpu"] = "wall"
     database_url: str = ""  # default: a fresh SQLite file in workdir
@@ -204,7 +205,9 @@ class SidecarUnderTest:
     def __init__(self, config: SidecarBenchConfig) -> None:
         self.config = config
         self.socket_path = str(config.workdir / "sidecar.sock")
-        self.process = ServerProcess(self._argv(), config.workdir / "sidecar.log")
+        self.process = ServerProcess(
+            self._argv(), config.workdir / "sidecar.log", nofile=config.nofile
+        )
         self.startup_seconds = math.nan
         self.stopped: Stopped | None = None
 
@@ -332,7 +335,7 @@ class _Workload:
         return Op("memory.list", lambda: params, check)
 
 
-def _source_version() -> str:
+def source_version() -> str:
     """The git commit the sidecar is run from, and whether its tree differs (best effort)."""
     root = Path(__file__).resolve().parents[1]
     try:
@@ -440,7 +443,7 @@ async def run(config: SidecarBenchConfig) -> SuiteResult:
     errors = Errors()
     rng = random.Random(config.seed)
     # Taken before the sidecar starts: it is what the process imports (others may commit later).
-    source = _source_version()
+    source = source_version()
     load_before = os.getloadavg()[0]
     clock = _Clock()
     cpus = usable_cpus()

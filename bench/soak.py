@@ -14,6 +14,8 @@ verdict, 1 only when the soak could not run.
 Environment: ``SOAK_SECONDS``, ``SOAK_RATE``, ``SOAK_KEYRING_MEMORY`` (the sidecar's
 ``max_keyring_memory_bytes``, 32 MiB, small so that its plateau is reached during warm-up;
 empty for the sidecar's default),
+``SOAK_RUN_IDLE_TIMEOUT`` (the sidecar's ``run_idle_timeout``, 5s, short so that the
+abandoned runs' handles are given back during warm-up; empty for the sidecar's default),
 ``SOAK_NEW_SCOPES`` (the share of runs writing to a new scope, 0.5), ``SOAK_ARGS`` (more
 ``openwop-memory serve`` arguments, split on spaces).
 """
@@ -219,10 +221,14 @@ def _verdict(samples: list[tuple[float, int]], warmup: float) -> tuple[bool, str
     )
 
 
-async def soak(seconds: float, rate: float, keyring_memory: int, extra: list[str]) -> int:
+async def soak(
+    seconds: float, rate: float, keyring_memory: int, idle_timeout: str, extra: list[str]
+) -> int:
     warmup = min(60.0, max(10.0, 0.2 * seconds))
     with bench_workdir("soak") as workdir:
         keyring_arg = ["--max-keyring-memory-bytes", str(keyring_memory)] if keyring_memory else []
+        if idle_timeout:
+            keyring_arg += ["--run-idle-timeout", idle_timeout]
         config = SidecarBenchConfig(
             workdir=workdir,
             sidecar_args=(
@@ -236,7 +242,8 @@ async def soak(seconds: float, rate: float, keyring_memory: int, extra: list[str
             socket, server = sidecar.socket_path, sidecar.process
             print(
                 f"soak: {seconds:.0f} s at {rate:.0f} requests/s, max_keyring_memory_bytes "
-                f"{keyring_memory}, pid {server.pid}, warm-up {warmup:.0f} s",
+                f"{keyring_memory}, run_idle_timeout {idle_timeout or 'default'}, pid "
+                f"{server.pid}, warm-up {warmup:.0f} s",
                 flush=True,
             )
             shared = Shared()
@@ -299,9 +306,10 @@ def main() -> int:
     rate = float(os.environ.get("SOAK_RATE", "800"))
     # Empty: the sidecar's own default (and a sidecar older than the setting works too).
     keyring_memory = int(os.environ.get("SOAK_KEYRING_MEMORY", str(32 << 20)) or 0)
+    idle_timeout = os.environ.get("SOAK_RUN_IDLE_TIMEOUT", "5s")
     extra = os.environ.get("SOAK_ARGS", "").split()
     try:
-        return asyncio.run(soak(seconds, rate, keyring_memory, extra))
+        return asyncio.run(soak(seconds, rate, keyring_memory, idle_timeout, extra))
     except (ServerFailed, OSError) as exc:
         print(f"soak: could not run: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -7,10 +7,13 @@ that the harness works and the sidecar answered correctly and stopped cleanly.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.sidecar import unmeasured
@@ -98,6 +101,8 @@ RELEVANCE = [
     "relevance list(100) p50, hybrid, a common word",
     "relevance list(100) p50, keywords only, a common word",
     "first relevance list of the scope (loads its vectors)",
+    "search cost p50, empty scope, a word common in another tenant",
+    "search cost p50, empty scope, a word nobody wrote",
     "disk per 100k entries of 40 words (SQLite file)",
     "disk per 100k entries: full-text index",
     "disk per 100k entries: vectors",
@@ -116,17 +121,20 @@ RELEVANCE = [
 ]
 # Correctness rows, not speed: these must pass on any machine.
 MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidecar error log lines"]
+# The "under attack" table: its title, and each row's attack by the issue's row number.
+ATTACK_TITLE = (
+    "under attack: one bystander's gets while another party attacks (fresh sidecar a row)"
+)
+ATTACK_ROWS = ["bystander alone", "1 ", "2 ", "3 ", "5 ", "6 ", "7 ", "7 ", "8 ", "12 "]
+ATTACK_NUMBERS = ["gets", "getP50Ms", "getP99Ms", "p99VsAlone", "rssPeakMiB", "rssAfterMiB"]
 
 
-def test_quick_bench_prints_every_metric() -> None:
-    """Both backends' columns (PostgreSQL on a throwaway server), every row, and the
-    correctness rows passing in each."""
-    argv = [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json"]
-    argv += ["--entries", str(ENTRIES), "--seconds", "1", "--samples", "200", "--warmup", "20"]
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``bench/run.py ARGS`` to its end; asserts it exited 0."""
     # Unmeasured: tracing the benchmark's clients and servers would only slow the suite down
     # (the sidecar's code is measured by the tests that exercise it).
     proc = subprocess.run(
-        argv,
+        [sys.executable, str(ROOT / "bench" / "run.py"), *args],
         cwd=ROOT,
         env=unmeasured(os.environ),
         capture_output=True,
@@ -135,11 +143,52 @@ def test_quick_bench_prints_every_metric() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def check_attack_table(stdout: str, rows: list[dict[str, Any]]) -> None:
+    """The printed table and its JSON: a row per attack, in order, every number a number
+    (``n/a``/null only where a sidecar died under the attack), an outcome for each."""
+    lines = stdout.splitlines()
+    start = lines.index(ATTACK_TITLE)
+    printed = [re.split(r"\s{2,}", line) for line in lines[start + 3 : start + 3 + len(rows)]]
+    assert len(rows) == len(ATTACK_ROWS), rows
+    for expected, row, cells in zip(ATTACK_ROWS, rows, printed, strict=True):
+        assert row["attack"].startswith(expected), row
+        assert cells[0] == row["attack"], f"{cells} is not the row {row['attack']!r}:\n{stdout}"
+        assert len(cells) == 2 + len(ATTACK_NUMBERS), cells
+        died = "sidecar exited" in row["outcome"]
+        for key, cell in zip(ATTACK_NUMBERS, cells[1:-1], strict=True):
+            value = row[key]
+            if value is None:
+                assert died or (key != "rssAfterMiB" and row["gets"] == 0), row
+                assert cell == "n/a", cells
+            else:
+                assert isinstance(value, float | int), row
+                assert not math.isnan(value), row
+                assert float(cell.replace(",", "")) == pytest.approx(value, rel=0.01, abs=0.001)
+        assert row["outcome"], row
+        assert cells[-1] == row["outcome"]
+    alone = rows[0]
+    assert alone["gets"] > 0
+    assert alone["p99VsAlone"] == 1
+    assert all(alone[key] is not None for key in ATTACK_NUMBERS)
+
+
+def test_quick_bench_prints_every_metric() -> None:
+    """Both backends' columns (PostgreSQL on a throwaway server), every row, and the
+    correctness rows passing in each."""
+    proc = run_bench(
+        "--quick",
+        "--json",
+        *("--entries", str(ENTRIES), "--seconds", "1", "--samples", "200", "--warmup", "20"),
+    )
 
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["metric", "sqlite", "postgresql", "unit", "target", "pass/fail"]
     table_rows = {line.split("  ")[0] for line in lines[2:] if "  " in line}
-    results = {(m["metric"], m["column"]): m for m in json.loads(lines[-1])["metrics"]}
+    output = json.loads(lines[-1])
+    results = {(m["metric"], m["column"]): m for m in output["metrics"]}
     expected: list[tuple[str, str | None]] = [
         (name, column) for name in METRICS for column in ("sqlite", "postgresql")
     ]
@@ -162,6 +211,36 @@ def test_quick_bench_prints_every_metric() -> None:
     assert results["recall@10, paraphrase queries, hybrid", None]["value"] > 0.5
     # Every forced checkpoint ran while gets were being answered.
     assert results["gets during the forced checkpoints", "sqlite"]["value"] >= 2
+    check_attack_table(proc.stdout, output["tables"][ATTACK_TITLE])
+
+
+def test_only_runs_the_suites_named() -> None:
+    """``--only SUITE``: that suite's rows and nothing else (here the quickest suite)."""
+    proc = run_bench("--quick", "--json", "--only", "metrics")
+    output = json.loads(proc.stdout.splitlines()[-1])
+    names = {m["metric"] for m in output["metrics"]}
+    assert names, proc.stdout
+    assert all(name.startswith("metrics: ") for name in names), names
+    assert "tables" not in output
+    assert ATTACK_TITLE not in proc.stdout
+
+
+def test_a_table_of_its_own_prints_numbers_as_metrics_do_and_nan_as_null(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import Table
+
+    table = Table("title", (("name", "name"), ("value ms", "valueMs"), ("what", "what")))
+    table.rows.extend([("first", 1234.5, "ok"), ("second row", math.nan, "sidecar exited 1")])
+    assert table.format().splitlines() == [
+        "title",
+        "name        value ms  what",
+        "----------  --------  ----------------",
+        "first          1,234  ok",
+        "second row       n/a  sidecar exited 1",
+    ]
+    assert table.as_json()[1] == {"name": "second row", "valueMs": None, "what": "sidecar exited 1"}
 
 
 def test_several_runs_print_min_max_and_how_often_each_target_passed(
@@ -184,3 +263,21 @@ def test_several_runs_print_min_max_and_how_often_each_target_passed(
     assert lines[2].endswith("PASS 2/3 / -")
     assert " 30 " in lines[3]
     assert "-" not in lines[3].split()[2]  # one value, not a range
+
+
+def test_the_attack_table_takes_refusals_as_outcomes() -> None:
+    """Against a sidecar that refuses the attackers (small limits set by flags, standing in
+    for the fixes of issue 20), the table still comes out whole, each refusal counted in
+    its row's outcome, not raised."""
+    proc = run_bench(
+        *("--quick", "--json", "--only", "attack", "--attack-seconds", "0.5"),
+        "--sidecar-arg=--max-connections=50",
+        "--sidecar-arg=--max-inflight=3",
+        "--sidecar-arg=--max-run-secret-bytes=1024",
+    )
+    rows = json.loads(proc.stdout.splitlines()[-1])["tables"][ATTACK_TITLE]
+    check_attack_table(proc.stdout, rows)
+    outcome = {row["attack"].split(" ")[0]: row["outcome"] for row in rows}
+    assert "rate_limited" in outcome["5"], outcome  # more than 3 begins in flight
+    assert "rate_limited" in outcome["6"], outcome  # past 50 connections
+    assert "begin validation_error" in outcome["8"], outcome  # 16 KiB of secrets

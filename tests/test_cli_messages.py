@@ -15,7 +15,7 @@ from openwop_memory import cli
 from openwop_memory.cli import INSTALLED_CONFIG as SHIPPED_CONFIG  # before any test patches it
 from openwop_memory.config import choices_of, flag_of, setting_fields
 from openwop_memory.errors import StartupError
-from support.sidecar import EXE
+from support.sidecar import EXE, Sidecar
 
 pytestmark = pytest.mark.backend_independent
 
@@ -304,3 +304,31 @@ def test_health_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> Non
     assert "exit codes:" in out
     for line in ("  0  the sidecar answered ok", "  1  the sidecar answered degraded", "  2  no"):
         assert line in out
+
+
+@pytest.mark.parametrize("argv", [["help"], ["help", "health"], ["help", "serve"]])
+def test_help_is_a_command(tmp_path: Path, argv: list[str]) -> None:
+    """``openwop-memory help [COMMAND]`` prints the help ``--help`` prints, exit 0."""
+    shown = run(*argv, cwd=tmp_path)
+    asked = run(*argv[1:], "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stderr == "", shown
+    assert shown.stdout == asked.stdout and shown.stdout.startswith("usage: openwop-memory")
+
+
+@pytest.mark.parametrize(("command", "method"), [("health", "health"), ("metrics", "metrics")])
+def test_health_and_metrics_on_the_admin_socket_say_so_in_one_line(
+    workdir: Path, command: str, method: str
+) -> None:
+    """Pointed at the admin socket (which serves the operator's methods only), the probes
+    say which socket they need, in one line, exit 2; not a bare ``KeyError``."""
+    admin = workdir / "admin.sock"
+    with Sidecar(workdir, "--admin-socket", str(admin)):
+        result = run(command, "--socket", str(admin), cwd=workdir)
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    verb = "no healthy answer on" if command == "health" else "no metrics from"
+    assert result.stderr == (
+        f"openwop-memory: {verb} {admin}: it does not serve sidecar.{method} "
+        "(method_not_found): is it the admin socket? health and metrics ask the workers' "
+        "socket (--socket)\n"
+    )

@@ -326,9 +326,9 @@ async def test_forbidden_cross_tenant(shared_sidecar: Sidecar) -> None:
             assert put_err.value.code == "forbidden" and put_err.value.wire_rpc_code == -32003
             with pytest.raises(ForbiddenError):
                 await run.list(ref_b)
-        with pytest.raises(ForbiddenError):
-            async with client.run(run_id, tenant_b):
-                pass
+        # The same run id under tenant B is B's own run, not A's.
+        async with client.run(run_id, tenant_b) as theirs:
+            assert theirs.resumed is False
 
 
 async def test_conflict_and_idempotent_resend_via_generic_call(shared_sidecar: Sidecar) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 from openwop_memory.storage import sqlite_writer
-from openwop_memory.storage.base import EntryRow, Scope, Snapshot
+from openwop_memory.storage.base import EntryRow, RunKey, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.timefmt import now_us
 from support.sqlite_store import opened
@@ -75,7 +75,7 @@ async def test_puts_commit_on_the_loop_and_other_writes_on_the_writer_thread(
         entry = await stored(store, put_request(A, "on the loop"))
         assert threads.of("begin") == [loop]
         threads.seen.clear()
-        await store.touch_runs(run_ids=["r1"], now_us=now_us())  # may touch many rows
+        await store.touch_runs(runs=[RunKey("t", "r1")], now_us=now_us())  # may touch many rows
         assert threads.of("begin") == [store._writer._thread.ident]
         assert await read(store, await fresh_snapshot(store, A.tenant), entry) == entry
 

@@ -194,8 +194,8 @@ BAD_SETTINGS: list[tuple[str, tuple[str, ...], dict[str, str], str | None, tuple
      ("sqlite.busy_timeout", "busy_timeout (from config file {config})")),
     ("postgresql-unreachable",
      ("--database", "postgresql://memory@/memory?host=/nonexistent",
-      "--postgresql-connect-timeout", "1s"),
-     {}, None, ("cannot open the PostgreSQL database", "check the URL")),
+      "--postgresql-connect-timeout", "1s", "--database-wait", "0s"),
+     {}, None, ("cannot reach the PostgreSQL server", "check that the server is up")),
 ]  # fmt: skip
 
 
@@ -551,7 +551,9 @@ def test_the_new_spelling_takes_effect_without_a_warning(workdir: Path) -> None:
         pytest.param("sweep_interval = 90\nreplay_retention = 1.5e3\n", "replay_retention", 1500.0),
         pytest.param('metrics_address = "[::1]:9464"\n', "metrics_address", "[::1]:9464"),
         pytest.param("socket_mode = 0o600\n", "socket_mode", 0o600),
-        pytest.param("socket_mode = 0o666\n", "socket_mode", 0o666),
+        pytest.param(
+            'socket_mode = 0o666\n[tenant_binding]\n"uid:1001" = ["acme"]\n', "socket_mode", 0o666
+        ),
     ],
     ids=["number-seconds", "float-seconds", "ipv6-address", "mode-0o600", "mode-0o666"],
 )
@@ -629,3 +631,25 @@ def test_a_bad_table_in_the_environment_fails_start_with_its_message(workdir: Pa
         'expected a table such as {"uid:1001": ["acme"]}'
     ) in result.stderr
     assert not (workdir / "memory.db").exists()
+
+
+@pytest.mark.parametrize("mode", ["777", "0666", "0o602"])
+def test_a_world_writable_socket_is_refused_without_tenant_binding(
+    workdir: Path, mode: str
+) -> None:
+    """Connecting takes write permission, so such a mode lets every local user use every
+    tenant: the start is refused in one line, and nothing is created. With tenant_binding
+    (each connection's user checked) it is allowed."""
+    result = run_cli(*serve_args(workdir), "--socket-mode", mode)
+    assert result.returncode == 1, result
+    value = f"{int(mode.replace('o', ''), 8):04o}"
+    assert result.stderr.splitlines()[-1] == (
+        f"openwop-memory: invalid setting socket_mode (from flag --socket-mode): {value} lets "
+        "every local user connect and use any tenant; give the socket a group (0660) and put "
+        "the workers' users in it, or set tenant_binding"
+    )
+    assert sorted(p.name for p in workdir.iterdir()) == []
+    bound = load_settings(
+        {"socket_mode": mode}, environ={"OPENWOP_MEMORY_TENANT_BINDING": '{"uid:1": ["a"]}'}
+    )
+    assert bound.socket_mode == int(value, 8)

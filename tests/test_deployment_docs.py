@@ -26,6 +26,7 @@ from openwop_memory.server import descriptors_wanted
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.systemd import WORKER_SOCKET_NAMES
 from openwop_memory.wire.access_log import CLIENT_ERROR_LINES_PER_SECOND
+from openwop_memory_client._async_client import SOCKET_ENV, default_socket_path
 from test_deployment import (
     MANIFESTS,
     _documents,
@@ -142,6 +143,18 @@ def test_the_systemd_page_quotes_the_health_and_log_defaults() -> None:
     project = tomllib.loads((ROOT / "sidecar" / "pyproject.toml").read_text())["project"]
     oldest = project["requires-python"].removeprefix(">=")
     _says(page, f"Python {oldest} or newer at `/usr/bin/python3`")
+
+
+def test_both_pages_say_the_client_reads_the_socket_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client does read it (``MemoryClient()`` with no path connects there)."""
+    for page in (SYSTEMD / "README.md", ROOT / "kubernetes" / "README.md"):
+        _says(page, f"The client reads `{SOCKET_ENV}`")
+        _says(page, "a `MemoryClient()` given no path connects there")
+        assert "does not read" not in " ".join(page.read_text().split()), page
+    monkeypatch.setenv(SOCKET_ENV, "/run/elsewhere/memory.sock")
+    assert default_socket_path() == "/run/elsewhere/memory.sock"
 
 
 # -- kubernetes/README.md ----------------------------------------------------------------
@@ -312,8 +325,8 @@ def test_the_kubernetes_page_quotes_the_resources() -> None:
         _says(
             page,
             f"{env['OPENWOP_MEMORY_MAX_CONNECTIONS']} connections (`max_connections`, one "
-            f"worker per Pod) each with a request line ({line} MiB) and {unsent} MiB of "
-            "unread answers",
+            f"worker per Pod) each with a request line ({line} MiB) and its answers: about "
+            f"{2 * unsent} MiB a connection, twice `max_unsent_answer_bytes` ({unsent} MiB)",
         )
     load = inspect.signature(measure_load).parameters
     _says(page, f"under a short mixed load ({load['clients'].default} connections")

@@ -111,3 +111,24 @@ def test_every_code_name_the_architecture_page_quotes_is_in_the_code() -> None:
     assert "_METHODS" in names  # the pattern does find them
     missing = [n for n in names if not set(n.split(".")) <= words]
     assert not missing, f"docs/ARCHITECTURE.md quotes names the code does not have: {missing}"
+
+
+def test_no_page_installs_the_unpublished_distributions_from_an_index() -> None:
+    """Neither distribution is on a package index: pages install from the checkout."""
+    pages = [README, ROOT / "sidecar" / "README.md", ROOT / "docs" / "PROTOCOL.md"]
+    pages += [ROOT / "systemd" / "README.md", ROOT / "kubernetes" / "README.md"]
+    for page in pages:
+        text = " ".join(page.read_text().split())
+        # A name from an index; `NAME @ git+URL` (a direct reference) is no index's.
+        found = re.findall(r"pip install ['\"]?openwop-memory(?:-client)?(?![\w-])(?!\s*@)", text)
+        assert not found, (page.name, found)
+    assert "pip install './sidecar[search]'" in " ".join(README.read_text().split())
+
+
+def test_max_open_runs_is_described_as_evicting_the_least_recently_used_run() -> None:
+    """Past it a run is dropped (its next put is ``not_found``), nothing is rate_limited."""
+    description = setting_fields()["max_open_runs"].description or ""
+    assert "least recently used" in description and "rate_limited" not in description
+    protocol = (ROOT / "docs" / "PROTOCOL.md").read_text()
+    (row,) = [line for line in protocol.splitlines() if line.startswith("| `--max-open-runs`")]
+    assert "least recently used" in row and "rate_limited" not in row

@@ -257,15 +257,19 @@ def test_cross_tenant_issued_ref_is_forbidden(client: RawClient) -> None:
     assert later_list(client, issue(client, "t1", agent), "t1") == []
 
 
-def test_rebegin_under_another_tenant_is_forbidden(client: RawClient) -> None:
-    run_id = uid()
+def test_another_tenants_run_id_answers_as_an_id_never_used(client: RawClient) -> None:
+    """A replay of another tenant's run id fails exactly as for an id nobody began (no
+    existence oracle), open here or only persisted; the run itself is untouched."""
+    run_id, never = uid(), uid()
     first = client.call("run.begin", runId=run_id, tenant="t1")
-    expect(client, "forbidden", -32003, "run.begin", runId=run_id, tenant="t2")
-    expect(client, "forbidden", -32003, "run.begin", runId=run_id, tenant="t2", replay=True)
-    # Also once the run is ended here (only its persisted snapshot remains).
-    client.call("run.end", runId=run_id)
-    expect(client, "forbidden", -32003, "run.begin", runId=run_id, tenant="t2")
-    # The run is untouched: still t1, same snapshot.
+    for _ in range(2):  # open here, then ended (only its persisted snapshot remains)
+        taken = expect(client, "replay_memory_snapshot_unavailable", -32011, "run.begin",
+                       runId=run_id, tenant="t2", replay=True)  # fmt: skip
+        unused = expect(client, "replay_memory_snapshot_unavailable", -32011, "run.begin",
+                        runId=never, tenant="t2", replay=True)  # fmt: skip
+        assert taken.error["message"] == unused.error["message"]
+        assert taken.details == {**unused.details, "runId": run_id}
+        client.call("run.end", runId=run_id)
     assert client.call("run.begin", runId=run_id, tenant="t1") == {**first, "resumed": True}
 
 
@@ -523,7 +527,12 @@ def test_no_error_carries_content_or_secret_values(shared_sidecar: Sidecar) -> N
             ),
             req(
                 "run.begin",
-                {"runId": run_id, "tenant": "t2", "secrets": [{"id": "k", "value": secret + "2"}]},
+                {
+                    "runId": run_id,
+                    "tenant": "t2",
+                    "replay": True,
+                    "secrets": [{"id": "k", "value": secret + "2"}],
+                },
             ),
             req("run.addSecrets", {"runId": uid(), "secrets": [{"id": "k", "value": secret}]}),
             req(

@@ -25,7 +25,7 @@ from openwop_memory.service.keyring_memory import (
     KeyringCompiler,
 )
 from openwop_memory.service.runs import RunHandle, RunRegistry
-from openwop_memory.storage.base import Snapshot
+from openwop_memory.storage.base import RunKey, Snapshot
 from openwop_memory_client import RateLimitedError
 from support.protocol import assert_run_not_found, put
 from support.sidecar import Sidecar
@@ -222,7 +222,7 @@ _MEASURE = r"""
 import gc, json, os, random, string, sys, tracemalloc
 from openwop_memory.redaction import Keyring, estimate_bytes
 from openwop_memory.service.runs import RunHandle, RunRegistry
-from openwop_memory.storage.base import Snapshot
+from openwop_memory.storage.base import RunKey, Snapshot
 count, chars, n = map(int, sys.argv[1:4])
 rng = random.Random(count * 7919 + chars)
 alphabet = string.ascii_letters + string.digits + "-_"
@@ -303,11 +303,12 @@ def test_runs_dropped_past_max_open_runs_give_back_their_keyring_memory() -> Non
     for handle in handles:
         registry.add(handle)
         registry.charge(handle, 1000)
-    assert len(registry) == 2 and registry.get("r0") is None
+    assert len(registry) == 2 and registry.get(RunKey("t", "r0")) is None
     assert budget.held == 2000 and registry.evicted == 1
-    with registry.using(handles[1]), budget.reserve((1 << 20) - 1000):
+    with registry.using(handles[1]), budget.reserve((1 << 20) - 1000, "t"):
         # r1 is in use, so only r2 could go; r1 stays open and keeps its charge.
-        assert registry.get("r1") is handles[1] and registry.get("r2") is None
-    assert registry.end("r1") and budget.held == 0
+        assert registry.get(RunKey("t", "r1")) is handles[1]
+        assert registry.get(RunKey("t", "r2")) is None
+    assert registry.end(RunKey("t", "r1")) and budget.held == 0
     registry.charge(handles[1], 500)  # a late charge for an ended run is not kept
     assert budget.held == 0

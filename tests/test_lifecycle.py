@@ -342,8 +342,10 @@ def test_postgresql_url_fails_cleanly(workdir: Path) -> None:
         str(socket_path),
         "--database",
         "postgresql://memory@localhost:5432/memory",
+        "--database-wait",
+        "1s",  # nothing listens there: waited for that long, then refused
     )
-    assert_clean_failure(result, "sqlite|postgres")
+    assert_clean_failure(result, "sqlite|postgres", "database_wait")
     assert not socket_path.exists()
 
 

@@ -32,7 +32,7 @@ def test_start_up_says_which_database_it_opened_and_whether_it_was_new(workdir: 
     assert opened["schema_version"] >= 1
     if backend == "sqlite":
         assert opened["path"] == str(first.database.resolve())
-        assert opened["entries_estimate"] == 0
+        assert (opened["entries"], opened["scopes"]) == (0, 0)
     else:
         assert {"host", "port", "database"} <= opened.keys()
         assert "postgresql://" not in str(opened)
@@ -40,7 +40,9 @@ def test_start_up_says_which_database_it_opened_and_whether_it_was_new(workdir: 
         (reopened,) = second.events("database_opened")
     assert reopened["created"] is False
     if backend == "sqlite":
-        assert reopened["entries_estimate"] >= 4
+        assert (reopened["entries"], reopened["scopes"]) == (4, 1)
+    else:
+        assert opened["holds_entries"] is False and reopened["holds_entries"] is True
 
 
 def test_without_create_database_a_missing_database_stops_the_start_naming_it(

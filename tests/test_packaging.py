@@ -118,3 +118,22 @@ assert "openwop_memory" not in sys.modules
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "['installed from the wheel']\n"
+
+
+def test_make_dist_installs_the_build_tools_alone() -> None:
+    """``make dist`` in a fresh checkout installs the `dist` extra (build, twine,
+    setuptools) and builds; neither the packages nor the test toolchain come first."""
+    planned = subprocess.run(
+        ["make", "--dry-run", "--always-make", "dist"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    installs = [line for line in planned.splitlines() if "pip install" in line]
+    assert installs == [
+        ".venv/bin/python -m pip install --quiet --upgrade pip",
+        ".venv/bin/python -m pip install --quiet -e '.[dist]'",
+    ]
+    assert ".venv/bin/twine check --strict dist/*" in planned

@@ -9,11 +9,8 @@ a version-1 database by hand).
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 
-import asyncpg
 import pytest
 from openwop_memory.retrieval import estimate_tokens, query_terms
 from openwop_memory.storage import postgresql_schema, sqlite_schema
@@ -24,7 +21,8 @@ from openwop_memory.storage.base import (
     Storage,
 )
 from openwop_memory.timefmt import now_us
-from support.backends import POSTGRES, Backend
+from support.backends import Backend
+from support.old_schema import make_v1_database
 from support.store import SECOND, fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
@@ -169,60 +167,34 @@ async def test_content_with_nul_and_non_ascii_is_indexed(store: Storage) -> None
 # -- migration from schema version 1 -----------------------------------------------------
 
 
-def _v1_statements(backend: Backend) -> Sequence[object]:
-    migrations = (
-        sqlite_schema.MIGRATIONS if backend.name == "sqlite" else postgresql_schema.MIGRATIONS
-    )
-    version, statements = migrations[0]
-    assert version == 1
-    return statements
-
-
 async def _make_v1_database(backend: Backend, path: Path) -> None:
     """A database as a version-1 sidecar left it, with two entries of scope ``A``."""
-    statements = [s for s in _v1_statements(backend) if isinstance(s, str)]
     rows = [
         (1, "mem_1", "an old entry about migration", '["x"]', 10),
         (2, "mem_2", "another old one", "[]", 20),
     ]
-    if backend.name == "sqlite":
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-            " applied_us INTEGER NOT NULL)"
-        )
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_migrations VALUES (1, 0)")
-        conn.execute("INSERT INTO scopes VALUES (7, ?, ?)", (A.tenant, A.key))
-        conn.executemany(
-            "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us)"
-            " VALUES (?, ?, 7, ?, ?, ?)",
-            rows,
-        )
-        conn.execute("UPDATE clock SET seq = 2, last_us = 20")
-        conn.commit()
-        conn.close()
-        return
-    pg = await asyncpg.connect(POSTGRES.url_for(path))
-    try:
-        await pg.execute(
-            "CREATE TABLE openwop_schema_migrations (version integer PRIMARY KEY,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for statement in statements:
-            await pg.execute(statement)
-        await pg.execute("INSERT INTO openwop_schema_migrations (version) VALUES (1)")
-        await pg.execute("INSERT INTO scopes VALUES (7, $1, $2)", A.tenant, A.key)
-        await pg.executemany(
-            "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us)"
-            " VALUES (7, $1, $2, $3, $4, $5)",
-            [(seq, i, c.encode(), t, us) for seq, i, c, t, us in rows],
-        )
-        await pg.execute("INSERT INTO tenant_clocks VALUES ($1, 2, 20)", A.tenant)
-    finally:
-        await pg.close()
+    await make_v1_database(
+        backend,
+        path,
+        sqlite=[
+            ("INSERT INTO scopes VALUES (7, ?, ?)", (A.tenant, A.key)),
+            (
+                "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us)"
+                " VALUES (?, ?, 7, ?, ?, ?)",
+                rows,
+            ),
+            ("UPDATE clock SET seq = 2, last_us = 20", ()),
+        ],
+        postgresql=[
+            ("INSERT INTO scopes VALUES (7, $1, $2)", (A.tenant, A.key)),
+            (
+                "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us)"
+                " VALUES (7, $1, $2, $3, $4, $5)",
+                [(seq, i, c.encode(), t, us) for seq, i, c, t, us in rows],
+            ),
+            ("INSERT INTO tenant_clocks VALUES ($1, 2, 20)", (A.tenant,)),
+        ],
+    )
 
 
 async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -> None:
@@ -231,7 +203,8 @@ async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -
     store = backend.storage(path)
     await store.open()
     try:
-        assert (await store.health()).schema_version == 3
+        schema = sqlite_schema if backend.name == "sqlite" else postgresql_schema
+        assert (await store.health()).schema_version == schema.LATEST_VERSION
         snap = await fresh_snapshot(store, "tenant-a")
         rows = await store.list(scope=A, snapshot=snap, now_us=now_us(), limit=10, tag=None)
         assert [(r.content, r.tokens) for r in rows] == [

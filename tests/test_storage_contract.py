@@ -18,6 +18,7 @@ from openwop_memory.domain import NotNow, SweepHorizons
 from openwop_memory.storage.base import (
     BeginOutcome,
     PutOutcome,
+    RunKey,
     Scope,
     Snapshot,
     Storage,
@@ -92,8 +93,8 @@ async def test_a_closed_store_fails_only_with_upstream_unavailable(
         lambda: store.begin_run(
             run_id="r", tenant="t", replay=False, now_us=1, retention_cutoff_us=0
         ),
-        lambda: store.find_run(run_id="r", retention_cutoff_us=0),
-        lambda: store.touch_runs(run_ids=["r"], now_us=1),
+        lambda: store.find_runs(run_id="r", retention_cutoff_us=0),
+        lambda: store.touch_runs(runs=[RunKey("t", "r")], now_us=1),
         lambda: store.put(request=put_request(A, "x"), now_us=1),
         lambda: store.delete(scope=A, entry_id="mem_x", now_us=1),
         lambda: store.list(scope=A, snapshot=snapshot, now_us=1, limit=1, tag=None),
@@ -140,18 +141,27 @@ async def test_begin_creates_then_resumes_the_same_snapshot(store: Storage) -> N
         assert again.run == first.run  # the snapshot value is handed back unchanged
 
 
-async def test_begin_under_another_tenant_writes_nothing(store: Storage) -> None:
-    run = await begun(store, "run-owned")
-    for replay in (False, True):
-        result = await store.begin_run(
-            run_id="run-owned",
-            tenant="tenant-b",
-            replay=replay,
-            now_us=now_us(),
-            retention_cutoff_us=0,
-        )
-        assert result.outcome is BeginOutcome.OTHER_TENANT and result.run is None
-    assert await store.find_run(run_id="run-owned", retention_cutoff_us=0) == run
+async def test_the_same_run_id_under_another_tenant_is_another_run(store: Storage) -> None:
+    """Run ids are per tenant: B beginning A's run id first neither blocks A nor changes
+    A's run, and each tenant resumes its own."""
+    t0 = now_us()
+    squatted = await begun(store, "run-owned", tenant="tenant-b", now=t0)
+    entry = await stored(store, put_request(A, "written after B began"))
+    replay = await store.begin_run(
+        run_id="run-owned", tenant="tenant-a", replay=True, now_us=t0, retention_cutoff_us=0
+    )
+    assert replay.outcome is BeginOutcome.UNKNOWN_RUN  # B's run is not A's
+    mine = await store.begin_run(
+        run_id="run-owned", tenant="tenant-a", replay=False, now_us=t0, retention_cutoff_us=0
+    )
+    assert mine.outcome is BeginOutcome.CREATED and mine.run is not None
+    assert mine.run.tenant == "tenant-a" and await ids(store, A, mine.run.snapshot) == [entry.id]
+    assert await begun(store, "run-owned", tenant="tenant-b") == squatted
+    assert await begun(store, "run-owned", tenant="tenant-a") == mine.run
+    assert await store.find_runs(run_id="run-owned", retention_cutoff_us=0) == [
+        mine.run,
+        squatted,
+    ]
 
 
 async def test_replay_of_a_run_never_begun_is_unknown_and_writes_nothing(store: Storage) -> None:
@@ -160,7 +170,7 @@ async def test_replay_of_a_run_never_begun_is_unknown_and_writes_nothing(store: 
             run_id="ghost", tenant="tenant-a", replay=True, now_us=now_us(), retention_cutoff_us=0
         )
         assert result.outcome is BeginOutcome.UNKNOWN_RUN and result.run is None
-    assert await store.find_run(run_id="ghost", retention_cutoff_us=0) is None
+    assert await store.find_runs(run_id="ghost", retention_cutoff_us=0) == []
 
 
 async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_snapshot(
@@ -180,7 +190,7 @@ async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_sn
             retention_cutoff_us=cutoff,
         )
         assert result.outcome is BeginOutcome.RETENTION_EXPIRED and result.run is None
-    assert await store.find_run(run_id="run-old", retention_cutoff_us=t0) is None
+    assert await store.find_runs(run_id="run-old", retention_cutoff_us=t0) == []
     fresh = await store.begin_run(
         run_id="run-old", tenant="tenant-a", replay=False, now_us=later, retention_cutoff_us=t0
     )
@@ -189,26 +199,29 @@ async def test_past_retention_replay_is_refused_and_a_plain_begin_takes_a_new_sn
     assert await ids(store, A, old.snapshot) == []
     assert await ids(store, A, fresh.run.snapshot) == [entry.id]
     # The new snapshot was touched at `later`: retained against a cutoff just before it.
-    assert await store.find_run(run_id="run-old", retention_cutoff_us=later - 1) == fresh.run
+    assert await store.find_runs(run_id="run-old", retention_cutoff_us=later - 1) == [fresh.run]
 
 
 async def test_find_run_honours_the_cutoff(store: Storage) -> None:
     t0 = now_us()
     run = await begun(store, "run-find", now=t0)
-    assert await store.find_run(run_id="run-find", retention_cutoff_us=t0 - 1) == run
-    assert await store.find_run(run_id="run-find", retention_cutoff_us=t0) is None
-    assert await store.find_run(run_id="nobody", retention_cutoff_us=0) is None
+    assert await store.find_runs(run_id="run-find", retention_cutoff_us=t0 - 1) == [run]
+    assert await store.find_runs(run_id="run-find", retention_cutoff_us=t0) == []
+    assert await store.find_runs(run_id="nobody", retention_cutoff_us=0) == []
 
 
 async def test_touch_runs_keeps_snapshots_retained(store: Storage) -> None:
     t0 = now_us()
     run = await begun(store, "run-touched", now=t0)
     await begun(store, "run-left", now=t0)
-    await store.touch_runs(run_ids=[], now_us=t0 + DAY)  # nothing to do is fine
-    await store.touch_runs(run_ids=["run-touched", "never-begun"], now_us=t0 + DAY)
-    assert await store.find_run(run_id="run-touched", retention_cutoff_us=t0) == run
-    assert await store.find_run(run_id="run-left", retention_cutoff_us=t0) is None
-    assert await store.find_run(run_id="never-begun", retention_cutoff_us=0) is None
+    await store.touch_runs(runs=[], now_us=t0 + DAY)  # nothing to do is fine
+    await store.touch_runs(
+        runs=[RunKey("tenant-a", "run-touched"), RunKey("tenant-a", "never-begun")],
+        now_us=t0 + DAY,
+    )
+    assert await store.find_runs(run_id="run-touched", retention_cutoff_us=t0) == [run]
+    assert await store.find_runs(run_id="run-left", retention_cutoff_us=t0) == []
+    assert await store.find_runs(run_id="never-begun", retention_cutoff_us=0) == []
 
 
 async def test_snapshot_time_separates_the_entries_it_holds_from_later_ones(
@@ -346,11 +359,9 @@ async def test_one_key_in_one_group_commit_stores_once(store: Storage) -> None:
     assert len(entries) == 1
 
 
-async def test_a_kept_key_pins_its_entry_through_delete_expiry_and_sweep(
-    store: Storage,
-) -> None:
+async def test_a_kept_key_pins_its_deleted_entry_through_the_sweep(store: Storage) -> None:
     t0 = now_us()
-    req = put_request(A, "pinned", expires_us=t0 + SECOND, key="pin")
+    req = put_request(A, "pinned", key="pin")
     entry = await stored(store, req, now=t0)
     assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
     horizons = SweepHorizons(
@@ -358,16 +369,16 @@ async def test_a_kept_key_pins_its_entry_through_delete_expiry_and_sweep(
     )
     counts = await store.sweep(horizons=horizons, batch_size=10)
     assert counts.errors == [] and counts.purged_idempotency_keys == 0
+    assert counts.purged_tombstones == 0
     replay = await store.put(request=req, now_us=t0 + DAY)
     assert replay.outcome is PutOutcome.REPLAYED and replay.entry == entry
-    # Once the key goes, so may the entry, and the same put stores anew.
+    # Once the key goes, so may the tombstone, and the same put stores anew.
     counts = await store.sweep(
         horizons=SweepHorizons(t0 + DAY, 0, 0, key_cutoff_us=t0), batch_size=10
     )
     assert counts.purged_idempotency_keys == 1
-    assert counts.expired_entries + counts.purged_tombstones == 1
-    fresh = put_request(A, "pinned", expires_us=t0 + 2 * DAY, key="pin")
-    assert (await stored(store, fresh, now=t0 + DAY)).id != entry.id
+    assert counts.purged_tombstones == 1
+    assert (await stored(store, req, now=t0 + DAY)).id != entry.id
 
 
 # -- sweep ------------------------------------------------------------------------------------
@@ -392,25 +403,25 @@ async def test_sweep_expires_runs_then_purges_their_markers(store: Storage) -> N
     kept = await begun(store, "run-kept", now=t0 + DAY)
     counts = await store.sweep(horizons=SweepHorizons(t0 + DAY, t0, t0 - 1, 0), batch_size=1)
     assert (counts.expired_runs, counts.purged_runs) == (1, 0)
-    assert await store.find_run(run_id="run-swept", retention_cutoff_us=0) is None
-    assert await store.find_run(run_id="run-kept", retention_cutoff_us=0) == kept
+    assert await store.find_runs(run_id="run-swept", retention_cutoff_us=0) == []
+    assert await store.find_runs(run_id="run-kept", retention_cutoff_us=0) == [kept]
     # The marker remembers the run: a replay is told its snapshot expired.
     replay = await store.begin_run(
         run_id="run-swept", tenant="tenant-a", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
     )
     assert replay.outcome is BeginOutcome.RETENTION_EXPIRED
-    # A marker is also the tenant's claim on the run id.
+    # A marker is the tenant's own: another tenant's run of the id is another run.
     other = await store.begin_run(
-        run_id="run-swept", tenant="tenant-b", replay=False, now_us=t0 + DAY, retention_cutoff_us=0
+        run_id="run-swept", tenant="tenant-b", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
     )
-    assert other.outcome is BeginOutcome.OTHER_TENANT
+    assert other.outcome is BeginOutcome.UNKNOWN_RUN
     counts = await store.sweep(horizons=SweepHorizons(t0 + DAY, t0, t0, 0), batch_size=1)
     assert (counts.expired_runs, counts.purged_runs) == (0, 1)
     replay = await store.begin_run(
         run_id="run-swept", tenant="tenant-a", replay=True, now_us=t0 + DAY, retention_cutoff_us=0
     )
     assert replay.outcome is BeginOutcome.UNKNOWN_RUN
-    assert await store.find_run(run_id="run-kept", retention_cutoff_us=0) == kept
+    assert await store.find_runs(run_id="run-kept", retention_cutoff_us=0) == [kept]
 
 
 async def test_sweep_purges_a_tombstone_only_once_no_retained_snapshot_sees_it(
@@ -474,11 +485,31 @@ async def test_gauges_report_sizes_and_commits(store: Storage, backend: Backend)
     gauges = await store.gauges()
     assert gauges.database_bytes is not None and gauges.database_bytes > 0
     if backend.name == "sqlite":
-        assert gauges.entries_estimate is not None and gauges.entries_estimate >= 3
         assert gauges.wal_bytes is not None
         assert gauges.commits is not None and gauges.commits >= 1
         assert gauges.committed_writes is not None and gauges.committed_writes >= 3
-        assert gauges.scopes_estimate is not None and gauges.scopes_estimate >= 1
+
+
+async def test_gauges_count_live_entries_and_scopes_exactly(
+    store: Storage, backend: Backend
+) -> None:
+    """Exact counts where the backend has them (SQLite): a deleted entry and an expired one
+    are not live, though their rows are still stored; PostgreSQL says it estimates."""
+    t0 = now_us()
+    for i in range(5):
+        await stored(store, put_request(A, f"a{i}"))
+    for i in range(2):
+        await stored(store, put_request(A2, f"a2 {i}"))
+    gone = await stored(store, put_request(B, "b deleted"))
+    await stored(store, put_request(B, "b expires", expires_us=t0 + SECOND // 2))
+    assert await store.delete(scope=B, entry_id=gone.id, now_us=now_us()) is True
+    await anyio.sleep(max(t0 + SECOND // 2 - now_us(), 0) / 1e6 + 0.05)
+    gauges = await store.gauges()
+    if backend.name == "sqlite":
+        assert (gauges.entries, gauges.scopes) == (7, 3)
+        assert (gauges.entries_estimate, gauges.scopes_estimate) == (None, None)
+    else:
+        assert (gauges.entries, gauges.scopes) == (None, None)
 
 
 async def test_the_operators_reads_cross_tenants_and_see_tombstones(store: Storage) -> None:
@@ -632,3 +663,26 @@ async def test_export_then_import_into_fresh_databases_round_trips_every_live_en
         assert await other.ref_key() == own
     finally:
         await other.close()
+
+
+async def test_a_kept_key_of_an_expired_entry_is_refused(store: Storage) -> None:
+    """The key outlives its expired entry, which the sweep erases all the same: the same
+    entry is refused (KEY_EXPIRED) before the sweep and after it, another is a conflict,
+    and nothing is stored again until the key itself is past retention."""
+    t0 = now_us()
+    req = put_request(A, "gone soon", expires_us=t0 + SECOND, key="k")
+    entry = await stored(store, req, now=t0)
+    assert (await store.put(request=req, now_us=t0 + 1)).outcome is PutOutcome.REPLAYED
+    later = t0 + SECOND
+    assert (await store.put(request=req, now_us=later)).outcome is PutOutcome.KEY_EXPIRED
+    horizons = SweepHorizons(later, 0, 0, key_cutoff_us=t0 - 1)
+    counts = await store.sweep(horizons=horizons, batch_size=10)
+    assert counts.errors == [], counts
+    assert counts.expired_entries == 1 and counts.purged_idempotency_keys == 0, counts
+    assert await store.find_entry(entry_id=entry.id) is None
+    assert (await store.put(request=req, now_us=later)).outcome is PutOutcome.KEY_EXPIRED
+    other = put_request(A, "another", key="k")
+    assert (await store.put(request=other, now_us=later)).outcome is PutOutcome.KEY_CONFLICT
+    counts = await store.sweep(horizons=SweepHorizons(later, 0, 0, key_cutoff_us=t0), batch_size=10)
+    assert counts.purged_idempotency_keys == 1
+    assert (await store.put(request=other, now_us=later)).outcome is PutOutcome.STORED

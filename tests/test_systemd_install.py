@@ -10,12 +10,16 @@ running systemd cannot run here (the test machines have none); the test does wha
 would do for them with the *installed* units: it binds the socket as
 ``openwop-memory.socket`` says, makes the state directory as ``StateDirectory=`` says, and
 starts ``ExecStart=`` as ``User=`` with the socket as descriptor 3, the unit's ``UMask=``
-and ``WorkingDirectory=``, and reads its notifications.
+and ``WorkingDirectory=``, the drop-ins' ``EnvironmentFile=``, and reads its notifications.
+After the page's SQLite service has stopped, the PostgreSQL variant the page installs (the
+drop-in, the URL in its environment file) starts the same way against a throwaway server
+that comes up 2 s after it: the sidecar waits for it, then serves.
 """
 
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 import re
 import shlex
@@ -23,12 +27,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.deploy_tools import ensure_deploy_tools
+from support.postgres import PostgresServer
 from test_deployment import _PROBE_COST, _prose, assert_probe_cost_quoted, measure_probe
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
@@ -51,6 +57,7 @@ _NOT_ON_A_FRESH_SYSTEM = (
     "/etc/tmpfiles.d/openwop-memory.conf",
     "/etc/systemd/system/openwop-memory.service",
     "/etc/systemd/system/openwop-memory.socket",
+    "/etc/systemd/system/openwop-memory.service.d",
     "/etc/systemd/system/sockets.target.wants/openwop-memory.socket",
     "/etc/systemd/system/multi-user.target.wants/openwop-memory.service",
     "/opt/openwop-memory",
@@ -183,9 +190,10 @@ class StandInManager:
     """What systemd does for ``systemctl start openwop-memory.socket openwop-memory.service``,
     from the units installed in the scratch root."""
 
-    def __init__(self, ns: Namespace, workdir: Path) -> None:
+    def __init__(self, ns: Namespace, workdir: Path, log_name: str = "service.log") -> None:
         self.ns = ns
         self.workdir = workdir
+        self.log_name = log_name
         self.listener: socket.socket | None = None
         self.notify: socket.socket | None = None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -198,16 +206,23 @@ class StandInManager:
         path = socket_unit["ListenStream"]
         owner = _ids(self.ns, socket_unit["SocketUser"], socket_unit["SocketGroup"])
         user = _ids(self.ns, service["User"], service["Group"])
-        # The socket unit: created by the manager (root), then handed to its owner.
+        # The socket unit: created by the manager (root), then handed to its owner; a file
+        # left by an earlier start is replaced, as systemd does.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(self.ns.root) + path)
         self.listener = self.ns.bound_listener(path, int(socket_unit.get("Backlog", "128")))
         os.chown(str(self.ns.root) + path, *owner)
         os.chmod(str(self.ns.root) + path, int(socket_unit["SocketMode"], 8))
-        # StateDirectory=: /var/lib/<name>, owned by the service's user, with its mode.
-        state = self.ns.root / "var/lib" / service["StateDirectory"]
-        state.mkdir(mode=int(service["StateDirectoryMode"], 8), exist_ok=True)
-        os.chown(state, *user)
+        # StateDirectory=: /var/lib/<name> for each name, owned by the service's user, with
+        # its mode.
+        for name in service["StateDirectory"].split():
+            state = self.ns.root / "var/lib" / name
+            state.mkdir(mode=int(service["StateDirectoryMode"], 8), exist_ok=True)
+            os.chown(state, *user)
         # The manager's notification socket (inside the scratch /run, writable by the user).
         notify_path = "/run/test-notify.sock"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(self.ns.root) + notify_path)
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(str(self.ns.root) + notify_path)
         os.chmod(str(self.ns.root) + notify_path, 0o666)  # noqa: S103 - systemd's is too
@@ -218,6 +233,7 @@ class StandInManager:
             "LISTEN_FDNAMES": "openwop-memory.socket",
             "NOTIFY_SOCKET": notify_path,
             "WATCHDOG_USEC": str(int(watchdog_seconds * 1_000_000)),
+            **self.environment_files(),
         }
         exec_start = shlex.split(service["ExecStart"])
         wrapper = (
@@ -231,7 +247,7 @@ class StandInManager:
             os.dup2(fd, 3)
             os.set_inheritable(3, True)
 
-        with open(self.workdir / "service.log", "wb") as log:
+        with open(self.workdir / self.log_name, "wb") as log:
             self.proc = subprocess.Popen(
                 self.ns.argv("/bin/sh", "-c", wrapper, str(user[0]), str(user[1]), *exec_start),
                 stdout=log,
@@ -241,6 +257,24 @@ class StandInManager:
                 preexec_fn=as_descriptor_3,
             )
         self.wait_for("READY=1")
+
+    def environment_files(self) -> dict[str, str]:
+        """The variables of the drop-ins' ``EnvironmentFile=`` files (``-``: optional)."""
+        env: dict[str, str] = {}
+        drop_ins = self.ns.root / "etc/systemd/system/openwop-memory.service.d"
+        for conf in sorted(drop_ins.glob("*.conf")):
+            named = unit(conf)
+            if not named.has_section("Service") or "EnvironmentFile" not in named["Service"]:
+                continue
+            name = named["Service"]["EnvironmentFile"]
+            path = Path(str(self.ns.root) + name.removeprefix("-"))
+            if name.startswith("-") and not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                key, sep, value = line.partition("=")
+                if sep and not key.startswith("#"):
+                    env[key.strip()] = value.strip()
+        return env
 
     def wait_for(self, message: str, timeout: float = 30.0) -> None:
         assert self.notify is not None and self.proc is not None
@@ -256,7 +290,7 @@ class StandInManager:
                     raise AssertionError(f"no {message} from the service: {self.log()}") from None
 
     def log(self) -> str:
-        path = self.workdir / "service.log"
+        path = self.workdir / self.log_name
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> int:
@@ -338,11 +372,16 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         # and ProtectHome=yes does not hide.
         venv = (ns.root / "opt/openwop-memory/pyvenv.cfg").read_text()
         assert re.search(r"^home = /usr/bin$", venv, re.MULTILINE), venv
-        # The units were verified as installed, without a warning.
-        (verify,) = [c for c in ran if c.startswith("systemd-analyze verify")]
+        # The units were verified as installed, without a warning, and again with the
+        # PostgreSQL drop-in.
+        verify, with_drop_in = [c for c in ran if c.startswith("systemd-analyze verify")]
         for name in ("openwop-memory.socket", "openwop-memory.service"):
             assert f"/etc/systemd/system/{name}" in verify
-        assert not (ran[verify].stdout + ran[verify].stderr).strip(), ran[verify]
+        for command in (verify, with_drop_in):
+            assert not (ran[command].stdout + ran[command].stderr).strip(), ran[command]
+        drop_in = ns.root / "etc/systemd/system/openwop-memory.service.d/postgresql.conf"
+        assert drop_in.read_text() == (ROOT / "systemd/openwop-memory-postgresql.conf").read_text()
+        _assert_security_quoted(ran)
         # Enabled: started at boot, the socket before the service.
         wants = ns.root / "etc/systemd/system"
         assert (wants / "sockets.target.wants/openwop-memory.socket").is_symlink()
@@ -367,7 +406,61 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         assert quoted
         for wall, cpu in quoted:
             assert_probe_cost_quoted("systemd/README.md", wall, cpu, cost)
+        # The page's backup landed where root sees it, of the size the sidecar reported.
+        (backed_up,) = [c for c in ran if c.startswith("openwop-memory backup")]
+        copy = ns.root / "var/lib/openwop-memory/backups/memory.db"
+        assert f"backed up {copy.stat().st_size} bytes to" in ran[backed_up].stdout
         assert manager.stop() == 0, manager.log()
         assert (ns.root / "run/openwop-memory/memory.sock").is_socket()
     finally:
         manager.close()
+    _start_the_postgresql_variant(ns, tmp_path, env)
+
+
+def _assert_security_quoted(ran: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    """The page's ``systemd-analyze security`` with the drop-in: the number it quotes."""
+    (command,) = [c for c in ran if c.startswith("systemd-analyze security")]
+    measured = re.search(r"Overall exposure level for openwop-memory.service: ([\d.]+)",
+                         ran[command].stdout)  # fmt: skip
+    assert measured is not None, ran[command]
+    text = " ".join(README.read_text().split())
+    (quoted,) = re.findall(r"With the drop-in `systemd-analyze security` rates the unit ([\d.]+)",
+                           text)  # fmt: skip
+    assert float(quoted) == float(measured.group(1)), (quoted, ran[command].stdout)
+
+
+def _start_the_postgresql_variant(ns: Namespace, tmp_path: Path, env: dict[str, str]) -> None:
+    """Steps 6 and 7 of the page left the drop-in and the URL's file (a placeholder, which the
+    operator edits: here the throwaway server's URL). The service, started with the
+    drop-in's EnvironmentFile=, finds the server down, waits, and serves once it is up."""
+    database_env = ns.root / "etc/openwop-memory/database.env"
+    assert database_env.stat().st_mode & 0o777 == 0o600
+    assert "OPENWOP_MEMORY_DATABASE=postgresql://" in database_env.read_text()
+    with PostgresServer() as server:
+        url = server.create_database("memory")
+        database_env.write_text(f"OPENWOP_MEMORY_DATABASE={url}\n")
+        server.stop()
+        manager = StandInManager(ns, tmp_path, log_name="service-postgresql.log")
+        late = threading.Timer(2.0, server.start)
+        late.start()
+        try:
+            manager.start()
+            ready = manager.messages.index("READY=1")
+            waiting = [
+                m
+                for m in manager.messages[:ready]
+                if m.startswith("STATUS=waiting for the database")
+            ]
+            assert waiting, manager.messages
+            assert '"event":"database_waiting"' in manager.log().replace(" ", "")
+            assert '"backend":"postgresql"' in manager.log().replace(" ", ""), manager.log()
+            config = "/etc/openwop-memory/openwop-memory.toml"
+            health = subprocess.run(
+                ns.argv("openwop-memory", "health", "--config", config),
+                env=env, capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert health.returncode == 0, health.stdout + health.stderr
+            assert manager.stop() == 0, manager.log()
+        finally:
+            late.join()
+            manager.close()

@@ -73,21 +73,24 @@ def test_entry_id_of_another_scope_resolves_to_nothing(shared_client: SharedClie
     assert shared_client.call("memory.get", runId="r", memoryRef=ref, id=entry["id"]) == entry
 
 
-def test_rebegin_under_another_tenant_is_forbidden(workdir: Path) -> None:
+def test_the_same_run_id_under_another_tenant_is_another_run(workdir: Path) -> None:
+    """Run ids are per tenant: B's run of A's run id is B's own (a fresh snapshot), A's
+    keeps its snapshot, and neither answer says the other exists."""
     with Sidecar(workdir) as s, s.client() as c:
         ref = issue(c, A)
         begin(c, "w", A)
         put(c, "w", ref, "before")
         original = begin(c, "shared-id", A)
-        assert_forbidden(c.error("run.begin", runId="shared-id", tenant=B))
-        assert_forbidden(c.error("run.begin", runId="shared-id", tenant=B, replay=True))
-        c.call("run.end", runId="shared-id")
-        assert_forbidden(c.error("run.begin", runId="shared-id", tenant=B))
-        # The run still belongs to A with its snapshot.
+        replay = c.error("run.begin", runId="shared-id", tenant=B, replay=True)
+        assert replay.code == "replay_memory_snapshot_unavailable"
+        assert replay.details["reason"] == "unknown_run"  # as for an id nobody used
+        theirs = begin(c, "shared-id", B)
+        assert theirs["resumed"] is False and theirs["tenant"] == B
+        # The run of A still has its snapshot; its issued ref says which run a call means.
         assert begin(c, "shared-id", A) == {**original, "resumed": True}
         assert [e["content"] for e in listing(c, "shared-id", ref)] == ["before"]
     with Sidecar(workdir) as s, s.client() as c:
-        assert_forbidden(c.error("run.begin", runId="shared-id", tenant=B))
+        assert begin(c, "shared-id", B) == {**theirs, "resumed": True}
         assert begin(c, "shared-id", A) == {**original, "resumed": True}
 
 
@@ -179,8 +182,9 @@ def test_refs_are_identical_on_sidecars_sharing_a_database(workdir: Path) -> Non
         assert listing(cb, "r", ref) == [entry]
         begin(cb, "rb", B)
         assert_forbidden(cb.error("memory.get", runId="rb", memoryRef=ref, id=entry["id"]))
-        # A run begun on A under tenant A cannot be re-begun on B under tenant B.
-        assert_forbidden(cb.error("run.begin", runId="w", tenant=B))
+        # A run id begun on A under tenant A is another run under tenant B, on B.
+        assert begin(cb, "w", B)["resumed"] is False
+        assert listing(cb, "w", ref) == []  # A's ref picks A's run: its snapshot is older
 
 
 def test_separate_databases_issue_different_refs(workdir: Path) -> None:

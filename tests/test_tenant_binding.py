@@ -148,8 +148,9 @@ def test_a_run_begun_under_a_tenant_is_usable_only_by_peers_allowed_that_tenant(
     workdir: Path, shared_socket_dir: Path
 ) -> None:
     """Root may use tenant-acme, user 4242 tenant-beta. A run root began under tenant-acme
-    is ``forbidden`` to user 4242 for every method naming it (list, get, put, delete,
-    addSecrets, end), whichever ref it passes; user 4242's own tenant works for it."""
+    does not exist for user 4242: every method naming it (list, get, put, delete,
+    addSecrets) answers ``not_found`` as for an id never used, and ``run.end`` ends
+    nothing; the id is free for user 4242's own tenant, and root's run is untouched."""
     args = binding({f"uid:{os.geteuid()}": [ALLOWED], f"uid:{OTHER_UID}": [OTHER]})
     socket_path = shared_socket_dir / "memory.sock"
     with (
@@ -177,9 +178,12 @@ def test_a_run_begun_under_a_tenant_is_usable_only_by_peers_allowed_that_tenant(
                 ("run.begin", {"runId": "acme-run", "tenant": OTHER}),
                 ("run.begin", {"runId": "beta-run", "tenant": OTHER}),
                 ("memory.issueRef", {"tenant": OTHER, "agent": "b"}),
+                ("memory.list", {"runId": "never-begun", "memoryRef": "plain"}),
             ],
         )
-        assert outcomes == ["forbidden"] * 8 + ["ok", "ok"]
-        # Nothing of it changed: a run begun now still sees the entry.
+        # The same answers as for an id nobody ever used: nothing tells the run exists.
+        assert outcomes == ["not_found"] * 5 + ["ok", "forbidden"] + ["ok"] * 3 + ["not_found"]
+        # Nothing of it changed: root's run is still open, and a run begun now sees the entry.
+        root.call("memory.put", runId="acme-run", memoryRef=ref, entry={"content": "still"})
         root.call("run.begin", runId="acme-reader", tenant=ALLOWED)
         assert root.call("memory.get", runId="acme-reader", memoryRef=ref, id=entry["id"])

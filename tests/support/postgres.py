@@ -138,6 +138,19 @@ class PostgresServer:
             raise RuntimeError(f"psql failed: {done.stderr.strip()}")
         return done.stdout
 
+    def add_password_role(self, name: str, password: str) -> None:
+        """A login role that must give ``password`` (scram-sha-256) on the Unix socket;
+        every other role still connects without one (``trust``)."""
+        self.psql(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(f"local all {name} scram-sha-256\n" + hba.read_text())
+        self.psql("SELECT pg_reload_conf()")
+
+    def url_as(self, database: str, user: str, password: str | None = None) -> str:
+        """A URL for ``database`` as ``user`` (with ``password``, when given)."""
+        who = f"{user}:{password}" if password is not None else user
+        return f"postgresql://{who}@/{database}?host={self.socket_dir}"
+
     def create_database(self, name: str) -> str:
         """A new empty database; its URL (Unix socket, no password)."""
         self.psql(f'CREATE DATABASE "{name}"')

@@ -136,7 +136,7 @@ class AsyncMemoryRun:
     async def __aenter__(self) -> Self:
         """Send ``run.begin``.
 
-        :raises ForbiddenError: the run id belongs to another tenant.
+        :raises ForbiddenError: tenant binding does not let this process use the tenant.
         :raises ReplaySnapshotUnavailableError: ``replay`` and the snapshot is gone.
         :raises MemoryValidationError: a secret or name is malformed (by field, never echoed).
         """

@@ -139,7 +139,8 @@ class RunNotFoundError(NotFoundError):
 
 
 class ForbiddenError(MemoryServiceError):
-    """A run touched another tenant's memory, or re-began a run id under another tenant."""
+    """A run touched another tenant's memory, or (tenant binding) this process may not use
+    the tenant it named."""
 
     code = "forbidden"
     rpc_code = -32003

@@ -211,7 +211,7 @@ class MemoryRun:
     def __enter__(self) -> Self:
         """Send ``run.begin``.
 
-        :raises ForbiddenError: the run id belongs to another tenant.
+        :raises ForbiddenError: tenant binding does not let this process use the tenant.
         :raises ReplaySnapshotUnavailableError: ``replay`` and the snapshot is gone.
         :raises MemoryValidationError: a secret or name is malformed (never echoed).
         """

@@ -20,6 +20,7 @@ __all__ = [
     "PARSE_ERROR",
     "DeleteParams",
     "EmptyParams",
+    "EntryId",
     "EntryInput",
     "GetParams",
     "IssueRefParams",
@@ -63,7 +64,13 @@ SecretId = Annotated[
 ]
 SecretValue = Annotated[str, StringConstraints(min_length=MIN_SECRET_CHARS, max_length=4096)]
 Tag = Annotated[str, StringConstraints(max_length=MAX_TAG_CHARS, pattern=CONTROL_FREE)]
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# Strings that reach the database as text (PostgreSQL's cannot hold U+0000) and that a
+# client never needs control characters in: refused here, on both backends alike, rather
+# than failing in the database as if it were down.
+IdempotencyKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=256, pattern=CONTROL_FREE)
+]
+EntryId = Annotated[str, StringConstraints(pattern=CONTROL_FREE)]
 
 
 def _no_items() -> list[Any]:
@@ -119,7 +126,9 @@ class RunEndParams(_Params):
     runId: RunId
 
 
-FilterTag = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS)]
+FilterTag = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS, pattern=CONTROL_FREE)
+]
 VENDOR_FILTER = "vendor.openwop-memory.filter"
 
 
@@ -145,7 +154,7 @@ class MemoryListOptions(_Params):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, serialize_by_alias=True)
 
     limit: int | None = Field(default=None, ge=0)
-    tag: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_CHARS)] | None = None
+    tag: FilterTag | None = None
     tokenBudget: int | None = Field(default=None, ge=1)
     rank: Literal["recency", "relevance"] | None = None
     query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)] | None = None
@@ -171,7 +180,7 @@ class ListParams(_Params):
 class GetParams(_Params):
     runId: RunId
     memoryRef: str
-    id: str
+    id: EntryId
 
 
 class DeleteParams(GetParams):

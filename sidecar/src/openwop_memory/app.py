@@ -10,12 +10,14 @@ what they test is what the server serves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
+import structlog
 
 from .config import Settings
 from .errors import StartupError
@@ -25,15 +27,24 @@ from .service.memory import MemoryService, ServiceConfig
 from .service.refs import RefCodec
 from .service.stats import Stats
 from .service.sweeper import Sweeper
-from .storage.base import Storage, StorageStartupError
+from .storage.base import DatabaseUnreachableError, Storage, StorageStartupError
 from .storage.registry import create_storage
 from .wire.access_log import AccessLog
 from .wire.admin import ADMIN_METHODS
 from .wire.dispatch import Dispatcher
 
 if TYPE_CHECKING:
-    # Imported when secrets_dir is set (see _load_secrets_directory): most sidecars have none.
+    # Imported when secrets_dir is set (see load_secrets_directory): most sidecars have none.
     from .service.secrets_directory import SecretsDirectory
+
+
+log = structlog.get_logger("openwop_memory.app")
+
+# The back-off between attempts to reach the database at start-up: doubling from the first
+# to the last, so a server a second late costs a fraction of a second, and a long wait costs
+# one attempt (and one log line) every few seconds.
+_WAIT_FIRST = 0.25
+_WAIT_MAX = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,22 +77,21 @@ class App:
         await self.aclose()
 
 
-async def open_app(settings: Settings) -> App:
+async def open_app(settings: Settings, *, notify: Callable[[str], object] | None = None) -> App:
     """Build and open every component ``settings`` describe; ``async with await
     open_app(settings) as app:`` closes it again.
 
-    If a step fails, what the earlier ones opened is closed before the error propagates.
+    A database server that cannot be reached is waited for (see :func:`_open_storage`);
+    ``notify`` gets the ``STATUS=`` lines for systemd meanwhile. If a step fails, what the
+    earlier ones opened is closed before the error propagates.
 
     :raises StartupError: ``secrets_dir`` cannot be listed, no backend serves the database
-        URL, or the database cannot be used (see
-        :meth:`~openwop_memory.storage.base.Storage.open`).
+        URL, the database cannot be used (see
+        :meth:`~openwop_memory.storage.base.Storage.open`), or its server stayed
+        unreachable for ``database_wait``.
     """
-    secrets_directory = await _load_secrets_directory(settings)
-    storage = _create_storage(settings)
-    try:
-        await storage.open()
-    except StorageStartupError as exc:
-        raise StartupError(str(exc)) from None
+    secrets_directory = await load_secrets_directory(settings)
+    storage = await _open_storage(settings, notify or (lambda _message: None))
     try:
         refs = RefCodec(await storage.ref_key())
     except BaseException as exc:
@@ -98,8 +108,10 @@ async def open_app(settings: Settings) -> App:
             redaction=settings.redaction,
             credential_patterns=settings.credential_patterns,
             max_entry_size_bytes=settings.max_entry_size_bytes,
+            max_answer_bytes=settings.answer_bytes(),
             replay_retention_us=int(settings.replay_retention * 1_000_000),
             max_open_runs=settings.max_open_runs,
+            run_idle_timeout_s=settings.run_idle_timeout or None,
             max_run_secret_bytes=settings.max_run_secret_bytes,
             max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
             # Forget is served on the admin socket alone: without one, nothing can forget.
@@ -113,6 +125,7 @@ async def open_app(settings: Settings) -> App:
         service,
         max_inflight=settings.max_inflight,
         max_request_bytes=settings.max_request_bytes,
+        answer_bytes=settings.answer_bytes(),
         access_log=AccessLog(
             every_request=settings.access_log, slow_after=settings.slow_request_threshold
         ),
@@ -134,6 +147,50 @@ async def open_app(settings: Settings) -> App:
     return App(storage, service, dispatcher, admin, sweeper, secrets_directory, stats)
 
 
+async def _open_storage(settings: Settings, notify: Callable[[str], object]) -> Storage:
+    """The opened storage backend, after waiting up to ``database_wait`` for a server that
+    cannot be reached yet (a boot where the database starts after the sidecar): an attempt,
+    then a back-off doubling from 0.25 s to 4 s, one ``database_waiting`` line (warning) and
+    one ``STATUS=`` per failed attempt. The last attempt starts within ``database_wait``,
+    so a start fails at most one ``connect_timeout`` after it.
+
+    :raises StartupError: the database cannot be used (a wrong password, no such database:
+        at once), or stayed unreachable for ``database_wait``.
+    """
+    started = anyio.current_time()
+    delay = _WAIT_FIRST
+    attempt = 0
+    while True:
+        attempt += 1
+        storage = _create_storage(settings)
+        try:
+            await storage.open()
+        except DatabaseUnreachableError as exc:
+            waited = anyio.current_time() - started
+            left = settings.database_wait - waited
+            if left <= 0:
+                attempts = f"{attempt} attempt" + ("s" if attempt > 1 else "")
+                raise StartupError(
+                    f"{exc} (waited {waited:.1f} s, {attempts}: database_wait)"
+                ) from None
+            pause = min(delay, left)
+            log.warning(
+                "database_waiting",
+                attempt=attempt,
+                retry_in_seconds=round(pause, 2),
+                waited_seconds=round(waited, 1),
+                wait_seconds=settings.database_wait,
+                reason=str(exc),
+            )
+            notify(f"STATUS=waiting for the database (attempt {attempt}): {exc}")
+            await anyio.sleep(pause)
+            delay = min(delay * 2, _WAIT_MAX)
+        except StorageStartupError as exc:
+            raise StartupError(str(exc)) from None
+        else:
+            return storage
+
+
 def _create_storage(settings: Settings) -> Storage:
     """The (unopened) storage backend named by ``settings.database``.
 
@@ -145,7 +202,7 @@ def _create_storage(settings: Settings) -> Storage:
         raise StartupError(str(exc)) from None
 
 
-async def _load_secrets_directory(settings: Settings) -> SecretsDirectory | None:
+async def load_secrets_directory(settings: Settings) -> SecretsDirectory | None:
     """The secrets of ``secrets_dir``, read once so that the first put already sees them;
     None when the setting is not set. A missing directory loads empty (with a warning).
 

@@ -72,6 +72,9 @@ class ConfigFileError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["help"]:
+        # `openwop-memory help [COMMAND]`, as git and pip spell it: COMMAND's --help.
+        args = [*args[1:2], "--help"]
     if args[:1] == ["health"]:
         health_args = _health_parser().parse_args(args[1:])
         try:
@@ -209,7 +212,7 @@ def _serve_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,health,metrics,inspect,backup,forget,export,import}",
+        metavar="{serve,health,metrics,inspect,backup,forget,export,import,help}",
         title="commands",
     )
     serve = sub.add_parser(
@@ -260,6 +263,7 @@ def _serve_main(argv: list[str]) -> int:
     sub.add_parser("forget", help="remove a subject's entries from a tenant (admin socket)")
     sub.add_parser("export", help="write the whole memory to an NDJSON file (opens the database)")
     sub.add_parser("import", help="load an export into a new database (opens the database)")
+    sub.add_parser("help", help="this help; `help COMMAND`: the command's")
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}
     deprecations: list[DeprecatedSpelling] = []
@@ -324,7 +328,9 @@ def _flag_help(name: str, field: Any) -> str:
 def startup_message(exc: Exception) -> str:
     """The one line after ``cannot start:``, with a hint for a permission problem."""
     message = str(exc)
-    if "permission denied" in message.lower():
+    # The operating system's EACCES (strerror "Permission denied"), not PostgreSQL's
+    # lower-case "permission denied for schema", which the database's own hint covers.
+    if "Permission denied" in message:
         message += f" ({PERMISSION_HINT})"
     return message
 
@@ -361,12 +367,32 @@ def _remove_database(path: str) -> None:
             os.unlink(name)
 
 
+class ErrorAnswer(Exception):
+    """The socket answered with a JSON-RPC error; ``str()`` says which, in one line (its
+    code only: an error's message is the sidecar's, not the command's)."""
+
+    def __init__(self, method: str, error: object) -> None:
+        code = error.get("code") if isinstance(error, dict) else None
+        data = error.get("data") if isinstance(error, dict) else None
+        kind = data.get("error") if isinstance(data, dict) else None
+        if code == -32601:
+            # The admin socket serves the operator's methods only; health and metrics are
+            # the workers' socket's.
+            text = (
+                f"it does not serve {method} (method_not_found): is it the admin socket? "
+                "health and metrics ask the workers' socket (--socket)"
+            )
+        else:
+            text = f"it answered {method} with an error ({kind or code})"
+        super().__init__(text)
+
+
 def health(socket_path: str, timeout: float) -> int:
     """Exit status for ``openwop-memory health``: 0 ok, 1 degraded, 2 nothing answers."""
     try:
         result = _ask(socket_path, "sidecar.health", timeout)
         status = result["status"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, ErrorAnswer) as exc:
         reason = _no_answer_reason(exc, socket_path)
         print(f"openwop-memory: no healthy answer on {socket_path}: {reason}", file=sys.stderr)
         return 2
@@ -380,7 +406,7 @@ def metrics(socket_path: str, timeout: float) -> int:
         text = _ask(socket_path, "sidecar.metrics", timeout)["text"]
         if not isinstance(text, str):
             raise TypeError("text")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, ErrorAnswer) as exc:
         reason = _no_answer_reason(exc, socket_path)
         print(f"openwop-memory: no metrics from {socket_path}: {reason}", file=sys.stderr)
         return 2
@@ -397,6 +423,8 @@ def _no_answer_reason(exc: Exception, socket_path: str) -> str:
             f"the path is {size} bytes; a Unix socket path is limited to "
             f"{MAX_SOCKET_PATH_BYTES} bytes"
         )
+    if isinstance(exc, ErrorAnswer):
+        return str(exc)
     reason: str = getattr(exc, "strerror", None) or type(exc).__name__
     if isinstance(exc, PermissionError):
         reason += f" ({PERMISSION_HINT})"
@@ -408,7 +436,8 @@ def _ask(socket_path: str, method: str, timeout: float) -> Any:
 
     :raises OSError: no connection or no answer in time.
     :raises ValueError: the answer is not JSON.
-    :raises KeyError: the answer is an error.
+    :raises ErrorAnswer: the answer is an error.
+    :raises KeyError: the answer is neither a result nor an error.
     """
     request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}}
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -416,7 +445,10 @@ def _ask(socket_path: str, method: str, timeout: float) -> Any:
         s.connect(socket_path)
         s.sendall(json.dumps(request).encode() + b"\n")
         with s.makefile("rb") as f:
-            return json.loads(f.readline())["result"]
+            answer = json.loads(f.readline())
+    if isinstance(answer, dict) and "error" in answer:
+        raise ErrorAnswer(method, answer["error"])
+    return answer["result"]
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ file DEST (an absolute path, written by the sidecar's user) and says how long it
 The admin socket is ``--admin-socket``, else ``OPENWOP_MEMORY_ADMIN_SOCKET``, else the
 ``admin_socket`` of the TOML file given by ``--config`` or ``OPENWOP_MEMORY_CONFIG``, else
 of the installed config file if it exists (as ``health`` finds its socket).
-Exit codes: 0 done, 1 the sidecar answered with an error (printed), 2 nothing answered.
+Exit codes: 0 done, 1 the sidecar answered with an error (printed), or the backup it
+reported is not there from this command's side, 2 nothing answered.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .backup_check import backup_unseen
 from .cli import INSTALLED_CONFIG, ConfigFileError, socket_setting
 
 _CONTENT_WIDTH = 60
@@ -68,6 +70,11 @@ def main(argv: Sequence[str]) -> int:
         print(f"openwop-memory: {escape(error)}", file=sys.stderr)
         return 1
     result = answer["result"]
+    if args.command == "backup":
+        unseen = backup_unseen(result, path)
+        if unseen:
+            print(f"openwop-memory: {unseen}", file=sys.stderr)
+            return 1
     if args.json:
         text = json.dumps(result, ensure_ascii=False, indent=2)
         print(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
@@ -101,7 +108,8 @@ with admin_socket set.
 
 exit codes:
   0  done
-  1  the sidecar answered with an error (printed on stderr)
+  1  the sidecar answered with an error (printed on stderr), or backup: the file the
+     sidecar reports is not there, or not of its size, from this command's side
   2  nothing answered, no admin socket is known, or the config file cannot be read
 """
 

@@ -5,7 +5,9 @@ They open the database themselves, as ``serve`` would (``--database``, else
 ``OPENWOP_MEMORY_DATABASE``, else ``database`` of the TOML file given by ``--config`` or
 ``OPENWOP_MEMORY_CONFIG``), so they need no running sidecar and no socket. An export reads
 beside running sidecars; it never creates a database. An import goes into a database no
-sidecar serves yet (a sidecar reads the memoryRef key once, at its start).
+sidecar serves yet (a sidecar reads the memoryRef key once, at its start), and applies to
+each entry what a put into it applies, under the same settings (``secrets_dir``,
+``redaction``, ``credential_patterns``, ``max_entry_size_bytes``, from the same sources).
 
 Exit codes: 0 done, 1 it could not (the message says why).
 """
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the command's path imports the rest once its arguments are read
     from .config import Settings
     from .storage.base import Storage
+    from .transfer import ImportRules
 
 _EPILOG = """\
 The database is --database, else OPENWOP_MEMORY_DATABASE, else the database key of the
@@ -80,15 +83,17 @@ async def _run(args: argparse.Namespace, settings: Settings) -> str:
     try:
         if args.command == "export":
             return await _export(storage, args.file)
+        rules = await _import_rules(settings)
         try:
             with open(args.file, "rb") as source:  # noqa: ASYNC230 - a local file, in lines
                 embedding = EmbeddingModel(enabled=settings.semantic_search)
-                done = await import_from(storage, source, embedding)
+                done = await import_from(storage, source, rules, embedding)
         except OSError as exc:
             raise _Failed(f"cannot read {args.file}: {exc.strerror}") from None
         return (
             f"imported {done.entries} entries from {args.file} ({done.skipped} already there) "
-            f"in {done.seconds} s"
+            f"in {done.seconds} s; {done.redactions} secrets redacted, {done.clamped} "
+            "createdAt in the future set to the import's time"
         )
     except TransferError as exc:
         raise _Failed(str(exc)) from None
@@ -96,6 +101,25 @@ async def _run(args: argparse.Namespace, settings: Settings) -> str:
         raise _Failed(f"{exc.code}: {exc.message}") from None
     finally:
         await storage.close()
+
+
+async def _import_rules(settings: Settings) -> ImportRules:
+    """What a put under ``settings`` applies, with ``secrets_dir``'s secrets loaded."""
+    from .app import load_secrets_directory
+    from .errors import StartupError
+    from .transfer import ImportRules
+
+    try:
+        host = await load_secrets_directory(settings)
+    except StartupError as exc:
+        raise _Failed(str(exc)) from None
+    return ImportRules(
+        max_entry_size_bytes=settings.max_entry_size_bytes,
+        redaction=settings.redaction,
+        credential_patterns=settings.credential_patterns,
+        host_secrets=host,
+        max_keyring_memory_bytes=settings.max_keyring_memory_bytes,
+    )
 
 
 async def _export(storage: Storage, path: str) -> str:

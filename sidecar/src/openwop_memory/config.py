@@ -194,6 +194,12 @@ class Settings(BaseModel):
         "the tables); false: a missing one stops the start, naming it (for production, once "
         "it exists: a mistyped path then fails instead of starting empty)",
     )
+    database_wait: SecondsOrOff = Field(
+        30.0,
+        description="how long a start waits for a database server it cannot reach yet "
+        "(PostgreSQL: refused, unreachable, still starting), retrying with a growing back-off "
+        "and logging each attempt; then the start fails. 0: fail at once",
+    )
     redaction: Literal["rewrite", "reject", "reject-disguised"] = Field(
         "rewrite",
         description="when an entry holds a secret: rewrite it as [REDACTED:<id>], reject the "
@@ -242,7 +248,17 @@ class Settings(BaseModel):
         PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
     )
     max_open_runs: int = Field(
-        10_000, ge=1, description="runs begun and not ended at once; more is rate_limited"
+        10_000,
+        ge=1,
+        description="runs holding a handle in this process at once; past it the least "
+        "recently used run of the tenant holding the most runs is dropped (its next put "
+        "answers not_found and the client begins it again)",
+    )
+    run_idle_timeout: SecondsOrOff = Field(
+        300.0,
+        description="drop an open run's handle and keyring once unused this long (its "
+        "snapshot stays; its next put answers not_found and the client begins it again); "
+        "0: never",
     )
     semantic_search: bool = Field(
         True,
@@ -295,6 +311,22 @@ class Settings(BaseModel):
         le=1 << 30,
         description="answers a connection has not read yet, in bytes, before the sidecar "
         "stops reading its requests (resumed when half of it is read)",
+    )
+    max_partial_lines_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description="unfinished request lines of all connections together, in bytes; a "
+        "connection whose line would take them past it gets one rate_limited line and is "
+        "closed",
+    )
+    max_answer_bytes: int = Field(
+        2 << 20,
+        ge=1024,
+        le=1 << 30,
+        description="bytes of one answer: a memory.list returns the entries that fit (at "
+        "least one), a batch's requests past it get rate_limited; at most half of "
+        "max_unsent_answer_bytes is used",
     )
     tenant_binding: Annotated[
         dict[BindingRule, list[BoundTenant]], BeforeValidator(_json_table)
@@ -350,6 +382,12 @@ class Settings(BaseModel):
         description="the metrics page is made at most once per this long; scrapes in between "
         "get the last page made; 0 makes it for every scrape",
     )
+
+    def answer_bytes(self) -> int:
+        """The bytes one answer may hold: ``max_answer_bytes``, but at most half the unread
+        answers a connection may have, so that an answer started while the connection's
+        unread answers fit never takes them past ``max_unsent_answer_bytes``."""
+        return min(self.max_answer_bytes, self.max_unsent_answer_bytes // 2)
 
 
 # Groups of backend settings: the Settings field and its model.
@@ -485,6 +523,8 @@ def _database_hint(value: Any) -> str:
     """A suggestion for a ``database`` value that is a bare file path."""
     if not isinstance(value, str) or "://" in value or not value.strip():
         return ""
+    if "@" in value:  # user[:password]@host: a URL without its scheme, never echoed
+        return "; a PostgreSQL database is written postgresql://user:password@host/db"
     # sqlite:/// + the path: an absolute path keeps its slash, hence four.
     return f"; for a SQLite file write sqlite:///{value}"
 
@@ -541,6 +581,15 @@ def load_settings(
             ": it must be more than twice sweep_interval (from "
             f"{sources.get('sweep_interval', 'defaults')}), so open runs are kept alive before "
             "their snapshots could expire"
+        )
+    if settings.socket_mode & 0o002 and not settings.tenant_binding:
+        # Connecting takes write permission: every local user could use every tenant's
+        # memory. With tenant_binding each connection's user is checked, so it may be open.
+        raise ConfigError(
+            f"invalid setting socket_mode (from {sources.get('socket_mode', 'defaults')}): "
+            f"{settings.socket_mode:04o} lets every local user connect and use any tenant; "
+            "give the socket a group (0660) and put the workers' users in it, or set "
+            "tenant_binding"
         )
     if deprecations is not None:
         deprecations.extend(given.deprecated)

@@ -85,7 +85,7 @@ async def serve(settings: Settings) -> None:
         _raise_descriptor_limit(descriptors_wanted(settings))
         if settings.admin_socket is not None:
             check_socket_path(settings.admin_socket)
-        app = await open_app(settings)
+        app = await open_app(settings, notify=systemd.notify)
     except BaseException:
         if inherited is not None:
             inherited.close()  # this process's copy; systemd keeps listening on its own
@@ -358,7 +358,7 @@ class Server:
                             self._admin_slots,
                             "admin",
                         )
-                    notify("READY=1")
+                    notify("READY=1\nSTATUS=serving")  # over a start's waiting status
                     watchdog = self._systemd.watchdog_interval
                     if watchdog is not None:
                         tg.start_soon(self._watchdog, watchdog)
@@ -501,6 +501,7 @@ class Server:
                     idle_timeout=settings.idle_timeout,
                     partial_line_timeout=settings.partial_line_timeout,
                     max_unsent_answer_bytes=settings.max_unsent_answer_bytes,
+                    max_partial_lines_bytes=settings.max_partial_lines_bytes,
                 ),
                 gate=self._gate,
                 stats=stats,

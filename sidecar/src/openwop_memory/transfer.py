@@ -21,6 +21,15 @@ nothing), then stores it in batches; an entry whose id the database already hold
 skipped, so an interrupted import can be run again. Vectors for relevance by meaning are
 not in the file: the import computes each entry's from its content with the ``search``
 extra's model where it is installed, as a put does.
+
+A file may have been edited or crafted, so each entry gets what a put gets in the
+database imported into (:class:`ImportRules`, from its settings), in the check as in the
+store: at most ``max_entry_size_bytes`` of content plus tags; redaction with the tenant's
+host keyring (``secrets_dir``) and the credential patterns, under the ``redaction`` and
+``credential_patterns`` policies (a refused entry refuses the file); empty and repeated
+tags dropped. A ``createdAt`` later than the import's start is clamped to it (counted in
+the result): a clock ahead of this host's, or an edit, must not date the entry, and every
+later put of a SQLite database, in the future. A refusal names the line, never content.
 """
 
 from __future__ import annotations
@@ -35,11 +44,19 @@ from dataclasses import dataclass
 from typing import IO, Annotated, Any, TypeVar
 
 import orjson
-from openwop_memory_client.wire import MAX_TAGS, Name, Tag
+from openwop_memory_client import RateLimitedError, SecretLeakageError
+from openwop_memory_client import ValidationError as WireValidationError
+from openwop_memory_client.wire import MAX_TAGS, EntryInput, Name, Tag
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
+from .redaction import EMPTY_KEYRING, Keyring, PatternPolicy
 from .service.embedding import EmbeddingModel
+from .service.keyring_cache import HostSecrets
+from .service.keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
+from .service.put_policy import PutPolicy, RedactionPolicy
+from .service.refs import RefCodec
+from .service.stats import Stats
 from .storage.base import EntryRow, Scope, Storage, StoredEntry
 from .timefmt import format_us, now_us, parse_rfc3339
 
@@ -65,6 +82,92 @@ class Imported:
     entries: int  # stored now
     skipped: int  # already in the database
     seconds: float
+    redactions: int = 0  # secrets and credentials rewritten in the entries stored now
+    clamped: int = 0  # createdAt later than the import's start, set to it
+
+
+@dataclass(frozen=True, slots=True)
+class ImportRules:
+    """What a put into the database imported into applies, from its settings."""
+
+    max_entry_size_bytes: int
+    redaction: RedactionPolicy
+    credential_patterns: PatternPolicy
+    host_secrets: HostSecrets | None = None  # ``secrets_dir``'s, loaded
+    max_keyring_memory_bytes: int = 256 << 20
+
+
+class _Admission:
+    """The put's own checks and redaction (``service/put_policy.py``), applied to lines."""
+
+    def __init__(self, rules: ImportRules, key: bytes, now: int) -> None:
+        self.stats = Stats()
+        self._policy = PutPolicy(
+            max_entry_size_bytes=rules.max_entry_size_bytes,
+            redaction=rules.redaction,
+            credential_patterns=rules.credential_patterns,
+            refs=RefCodec(key),
+            clock=lambda: now,
+            stats=self.stats,
+        )
+        self._rules = rules
+        self._host = rules.host_secrets
+        self._keyrings = HostKeyringCache(
+            KeyringCompiler(KeyringBudget(rules.max_keyring_memory_bytes))
+        )
+        self.now = now
+        self.clamped = 0
+
+    async def admit(self, item: StoredEntry, number: int) -> StoredEntry:
+        """``item`` as a put would store it, its ``createdAt`` at most the import's start.
+
+        :raises TransferError: a put would refuse it (the message names the line and why).
+        """
+        row = item.entry
+        entry = EntryInput.model_construct(content=row.content, tags=list(row.tags))
+        policy = self._policy
+        try:
+            policy.check_entry(entry)
+            keyring = await self._keyring(item.scope.tenant)
+            content, tags = await policy.redacted_entry(keyring, entry)
+        except WireValidationError as exc:
+            raise TransferError(f"line {number}: {exc.message} ({_setting(exc)})") from None
+        except SecretLeakageError as exc:
+            where = exc.details.get("field", "entry")
+            raise TransferError(
+                f"line {number}: {where}: {exc.message}, which the policies refuse "
+                f"(redaction = {self._rules.redaction!r}, credential_patterns = "
+                f"{self._rules.credential_patterns!r}); secret ids "
+                f"{exc.details.get('secretIds', [])}"
+            ) from None
+        except RateLimitedError:
+            raise TransferError(
+                f"line {number}: tenant {item.scope.tenant!r}'s host secrets need more keyring "
+                "memory than max_keyring_memory_bytes"
+            ) from None
+        created = row.created_us
+        if created > self.now:
+            created = self.now
+            self.clamped += 1
+        return dataclasses.replace(
+            item,
+            entry=row._replace(content=content, tags=tags, created_us=created),
+        )
+
+    async def _keyring(self, tenant: str) -> Keyring:
+        host = self._host
+        if host is None:
+            return EMPTY_KEYRING
+        values = host.values_for(tenant)
+        if not values:
+            return EMPTY_KEYRING
+        return await self._keyrings.get(tenant, host.generation, values)
+
+
+def _setting(exc: WireValidationError) -> str:
+    if "maxEntrySizeBytes" in exc.details:
+        return "max_entry_size_bytes"
+    return str(exc.details.get("field", "entry"))
 
 
 class _Line(BaseModel):
@@ -176,18 +279,28 @@ def entries_of(source: IO[bytes]) -> Iterator[StoredEntry]:
 
 
 async def import_from(
-    storage: Storage, source: IO[bytes], embedding: EmbeddingModel | None = None
+    storage: Storage,
+    source: IO[bytes],
+    rules: ImportRules,
+    embedding: EmbeddingModel | None = None,
 ) -> Imported:
-    """Check ``source`` whole, take over its ref key, and store its entries, each with the
-    vector ``embedding`` gives its content (as a put would; none without the model).
+    """Check ``source`` whole, each entry under ``rules`` as a put (see the module), take
+    over its ref key, and store its entries as a put would store them, each with the vector
+    ``embedding`` gives its content (none without the model).
 
-    :raises TransferError: the file is not a complete export, or the database already holds
-        memory under another ref key (nothing is imported then).
+    :raises TransferError: the file is not a complete export, a put would refuse one of its
+        entries, or the database already holds memory under another ref key (nothing is
+        imported then).
     :raises UpstreamUnavailableError: the database failed (the batches stored before stay;
         importing the same file again completes it).
     """
     started = time.monotonic()
     key, total = read_key(source)
+    # Both passes judge by the same time, so the store admits exactly what the check did.
+    admission = _Admission(rules, key, now_us())
+    for number, item in enumerate(entries_of(source), start=2):
+        await admission.admit(item, number)
+    admission = _Admission(rules, key, admission.now)
     if not await storage.adopt_ref_key(key=key):
         raise TransferError(
             "the database already holds memory under another ref key: import into a new "
@@ -195,7 +308,8 @@ async def import_from(
         )
     stored = 0
     batch: list[StoredEntry] = []
-    for item in entries_of(source):
+    for number, item in enumerate(entries_of(source), start=2):
+        item = await admission.admit(item, number)
         if embedding is not None and embedding.installed:
             vector = await embedding.vector(item.entry.content)
             item = dataclasses.replace(item, embedding=vector)
@@ -204,7 +318,13 @@ async def import_from(
             stored += await storage.import_entries(entries=batch)
             batch = []
     stored += await storage.import_entries(entries=batch)
-    return Imported(stored, total - stored, round(time.monotonic() - started, 3))
+    return Imported(
+        stored,
+        total - stored,
+        round(time.monotonic() - started, 3),
+        admission.stats.redactions_applied,
+        admission.clamped,
+    )
 
 
 def _header(line: bytes) -> bytes:
@@ -225,8 +345,6 @@ def _header(line: bytes) -> bytes:
 
 def _stored(line: bytes, number: int) -> StoredEntry:
     entry = _parse(_Entry, line, number)
-    if len(set(entry.tags)) != len(entry.tags):
-        raise TransferError(f"line {number}: tags: a tag is repeated")
     try:
         created = parse_rfc3339(entry.createdAt)
         expires = None if entry.expiresAt is None else parse_rfc3339(entry.expiresAt)

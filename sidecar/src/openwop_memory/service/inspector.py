@@ -45,7 +45,7 @@ class Inspector:
 
     async def runs(self, limit: int) -> list[dict[str, Any]]:
         """Stored runs, the most recently touched first, marked when open in this process."""
-        open_here = set(self._service.open_run_ids())
+        open_here = set(self._service.open_runs())
         return [
             {
                 "runId": run.run_id,
@@ -53,7 +53,7 @@ class Inspector:
                 "snapshotAt": format_us(run.snapshot_us),
                 "touchedAt": format_us(run.touched_us),
                 "retained": run.retained,
-                "openHere": run.run_id in open_here,
+                "openHere": (run.tenant, run.run_id) in open_here,
             }
             for run in await self._storage.list_runs(limit=limit)
         ]
@@ -114,7 +114,8 @@ class Inspector:
         and how long it took.
 
         :raises ValidationError: ``path`` is not absolute, exists, or its directory does
-            not; or the backend has no such backup (PostgreSQL: use its own tools).
+            not or is on a file system read-only for this process; or the backend has no
+            such backup (PostgreSQL: use its own tools).
         :raises UpstreamUnavailableError: the copy failed or did not pass its check.
         """
         if not os.path.isabs(path):
@@ -123,6 +124,14 @@ class Inspector:
             raise ValidationError("the backup path exists; choose a new one", {"field": "path"})
         if not os.path.isdir(os.path.dirname(path)):  # noqa: ASYNC240 - a stat
             raise ValidationError("the backup path's directory does not exist", {"field": "path"})
+        if _read_only(os.path.dirname(path)):
+            raise ValidationError(
+                "the backup path's directory is read-only for the sidecar (a service sandbox "
+                "such as systemd's ProtectSystem=strict leaves it only its own directories: "
+                "use one it may write, such as /var/lib/openwop-memory/backups, or a mounted "
+                "volume in a Pod)",
+                {"field": "path"},
+            )
         started = time.monotonic()
         size = await self._storage.backup(path=path)
         return {"path": path, "bytes": size, "seconds": round(time.monotonic() - started, 3)}
@@ -146,3 +155,12 @@ class Inspector:
         self._service.stats.entries_forgotten += count
         log.info("subject_forgotten", tenant=tenant, forgotten=count, seconds=seconds)
         return {"tenant": tenant, "subject": subject, "forgotten": count, "seconds": seconds}
+
+
+def _read_only(directory: str) -> bool:
+    """Whether ``directory`` is on a file system mounted read-only in this process's view
+    (what ``ProtectSystem=strict`` makes of everything but the service's directories)."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

@@ -81,7 +81,7 @@ class KeyringCache:
             return handle.keyring
         values = handle.values
         generation, keyed = self.source(handle.tenant, values)
-        with self._compiler.reserving(keyed) as nbytes:
+        with self._compiler.reserving(keyed, handle.tenant) as nbytes:
             keyring = await self._compiler.compile(keyed)
             if handle.values is values:  # else a merge compiled a newer one meanwhile
                 handle.keyring, handle.generation = keyring, generation

@@ -3,15 +3,22 @@
 A compiled keyring is large (see :func:`~openwop_memory.redaction.estimate_bytes`) and
 every open run may hold one, so their total is budgeted. Each holder (an open run's handle,
 a tenant's cached host keyring) is charged its keyring's estimated size under a key; a
-compile in progress holds a reservation for what it will produce. To make room, the least
-recently used idle holders are evicted: an evicted run is not lost (its next put answers
-``not_found`` and the client begins it again), an evicted host keyring is compiled again
-when next needed.
+compile in progress holds a reservation for what it will produce. To make room, idle holders
+are evicted: an evicted run is not lost (its next put answers ``not_found`` and the client
+begins it again), an evicted host keyring is compiled again when next needed.
+
+Eviction is fair between parties (tenants): each holder is charged to a party, a party's
+fair share is the budget divided by the parties holding keyrings (the one asking for room
+among them), and room is taken only from the party holding the most, counting what it asks
+for, and only while it is over its share, its least recently used idle holder first. A
+party within its share is never evicted for another: when only such parties could give room,
+the request is ``rate_limited``. A party over its share that asks for more gives up its own
+least recently used keyrings (a flood of runs of one tenant evicts that tenant's runs).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +34,8 @@ from ..redaction import Keyring, estimate_bytes
 _NEVER_FITS_RETRY_MS = 60_000
 # Room is held by keyrings in use: a put lasts milliseconds.
 _BUSY_RETRY_MS = 100
+# No party: what _over_share answers when no party may be evicted from.
+_NOBODY = object()
 
 
 @dataclass
@@ -34,16 +43,31 @@ class _Charge:
     nbytes: int
     # Drops the holder's keyring if it is idle; False when it is in use and must stay.
     evict: Callable[[], bool]
+    party: Hashable
+
+
+class _Party:
+    """One party's holders in LRU order, and the bytes they hold."""
+
+    __slots__ = ("keys", "nbytes")
+
+    def __init__(self) -> None:
+        self.keys: OrderedDict[Hashable, None] = OrderedDict()
+        self.nbytes = 0
 
 
 class KeyringBudget:
-    """Estimated bytes of the compiled keyrings held, and their holders in LRU order."""
+    """Estimated bytes of the compiled keyrings held, and their holders in LRU order, by
+    party."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._charges: OrderedDict[Hashable, _Charge] = OrderedDict()
+        self._charges: dict[Hashable, _Charge] = {}
+        self._parties: dict[Hashable, _Party] = {}
         self._charged = 0
         self._reserved = 0
+        # Compiles in progress count towards their party's share as its holders do.
+        self._reserved_by: Counter[Hashable] = Counter()
         self.evictions = 0
 
     @property
@@ -54,56 +78,103 @@ class KeyringBudget:
     def __len__(self) -> int:
         return len(self._charges)
 
+    def party_bytes(self, party: Hashable) -> int:
+        """Bytes charged to ``party``'s holders."""
+        held = self._parties.get(party)
+        return 0 if held is None else held.nbytes
+
     def touch(self, key: Hashable) -> None:
         """Mark ``key``'s holder as just used (evicted last)."""
-        if key in self._charges:
-            self._charges.move_to_end(key)
+        charge = self._charges.get(key)
+        if charge is not None:
+            self._parties[charge.party].keys.move_to_end(key)
 
-    def charge(self, key: Hashable, nbytes: int, evict: Callable[[], bool]) -> None:
-        """``key`` holds ``nbytes`` from now on, replacing what it held before.
+    def charge(
+        self, key: Hashable, nbytes: int, evict: Callable[[], bool], party: Hashable = None
+    ) -> None:
+        """``key`` holds ``nbytes`` from now on, for ``party``, replacing what it held before.
 
         Never evicts: room is made beforehand by :meth:`reserve`, whose reservation the
         caller holds until the charge is made.
         """
         self.release(key)
-        self._charges[key] = _Charge(nbytes, evict)
+        self._charges[key] = _Charge(nbytes, evict, party)
+        held = self._parties.get(party)
+        if held is None:
+            held = self._parties[party] = _Party()
+        held.keys[key] = None
+        held.nbytes += nbytes
         self._charged += nbytes
 
     def release(self, key: Hashable) -> None:
         """``key`` holds nothing any more (its holder has dropped its keyring)."""
         charge = self._charges.pop(key, None)
-        if charge is not None:
-            self._charged -= charge.nbytes
+        if charge is None:
+            return
+        self._charged -= charge.nbytes
+        held = self._parties[charge.party]
+        del held.keys[key]
+        held.nbytes -= charge.nbytes
+        if not held.keys:
+            del self._parties[charge.party]
 
     @contextmanager
-    def reserve(self, nbytes: int) -> Iterator[None]:
-        """Hold ``nbytes`` for a keyring being compiled, evicting idle holders, least
-        recently used first, until they fit.
+    def reserve(self, nbytes: int, party: Hashable = None) -> Iterator[None]:
+        """Hold ``nbytes`` for a keyring of ``party`` being compiled, evicting idle holders
+        of parties over their fair share (see the module's docstring) until they fit.
 
         :raises RateLimitedError: ``nbytes`` alone is more than the budget, or holders in
-            use fill it (``details.retryAfterMs``).
+            use, or parties within their share, fill it (``details.retryAfterMs``).
         """
         if nbytes > self.max_bytes:
             raise RateLimitedError(
                 "the keyring needs more memory than the sidecar keeps for keyrings",
                 {"retryAfterMs": _NEVER_FITS_RETRY_MS},
             )
-        for key, charge in list(self._charges.items()):
-            if self.held + nbytes <= self.max_bytes:
+        spared: set[Hashable] = set()  # parties whose holders are all in use
+        while self.held + nbytes > self.max_bytes:
+            victim = self._over_share(party, nbytes, spared)
+            if victim is _NOBODY:
                 break
-            if charge.evict():
-                self.release(key)
-                self.evictions += 1
+            if not self._evict_one(victim):
+                spared.add(victim)
         if self.held + nbytes > self.max_bytes:
             raise RateLimitedError(
-                "keyring memory is taken by runs in use and keyrings being compiled",
+                "keyring memory is taken by runs in use, keyrings being compiled and "
+                "tenants within their share",
                 {"retryAfterMs": _BUSY_RETRY_MS},
             )
         self._reserved += nbytes
+        self._reserved_by[party] += nbytes
         try:
             yield
         finally:
             self._reserved -= nbytes
+            self._reserved_by[party] -= nbytes
+            if not self._reserved_by[party]:
+                del self._reserved_by[party]
+
+    def _over_share(self, party: Hashable, nbytes: int, spared: set[Hashable]) -> Hashable:
+        """The party holding the most (``party`` counting ``nbytes`` more), if it is over
+        its fair share and not ``spared``; else ``_NOBODY`` (a party may be ``None``)."""
+        reserved = self._reserved_by
+        parties = len(self._parties.keys() | reserved.keys() | {party})
+        share = self.max_bytes / parties
+        largest, most = _NOBODY, share
+        for name, held in self._parties.items():
+            used = held.nbytes + reserved.get(name, 0) + (nbytes if name == party else 0)
+            if used > most and name not in spared:
+                largest, most = name, used
+        return largest
+
+    def _evict_one(self, party: Hashable) -> bool:
+        """Evict ``party``'s least recently used idle holder; False if all are in use."""
+        for key in list(self._parties[party].keys):
+            if self._charges[key].evict():
+                self.release(key)
+                self.evictions += 1
+                return True
+        return False
 
 
 class KeyringCompiler:
@@ -118,13 +189,14 @@ class KeyringCompiler:
         self._limiter: anyio.CapacityLimiter | None = None  # made inside the event loop
 
     @contextmanager
-    def reserving(self, values: Mapping[str, str]) -> Iterator[int]:
-        """Room for ``values``' keyring, held while the block runs; yields its size.
+    def reserving(self, values: Mapping[str, str], party: Hashable = None) -> Iterator[int]:
+        """Room for ``values``' keyring, of ``party`` (a tenant), held while the block
+        runs; yields its size.
 
         :raises RateLimitedError: see :meth:`KeyringBudget.reserve`.
         """
         nbytes = estimate_bytes(values) if values else 0  # an empty keyring is never compiled
-        with self.budget.reserve(nbytes):
+        with self.budget.reserve(nbytes, party):
             yield nbytes
 
     async def compile(self, values: Mapping[str, str]) -> Keyring:
@@ -164,14 +236,14 @@ class HostKeyringCache:
             self._keyrings.move_to_end(tenant)
             self._budget.touch(("host", tenant))
             return keyring
-        with self._compiler.reserving(values) as nbytes:
+        with self._compiler.reserving(values, tenant) as nbytes:
             keyring = await self._compiler.compile(values)
             if generation == self._generation:  # else a newer generation is being cached
                 while len(self._keyrings) >= self.max_entries:
                     oldest, _ = self._keyrings.popitem(last=False)
                     self._budget.release(("host", oldest))
                 self._keyrings[tenant] = keyring
-                self._budget.charge(("host", tenant), nbytes, lambda: self._drop(tenant))
+                self._budget.charge(("host", tenant), nbytes, lambda: self._drop(tenant), tenant)
         return keyring
 
     def _drop(self, tenant: str) -> bool:

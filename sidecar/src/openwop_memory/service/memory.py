@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import orjson
 from openwop_memory_client import (
     ConflictError,
-    ForbiddenError,
     ReplaySnapshotUnavailableError,
     RunNotFoundError,
     ValidationError,
@@ -47,6 +49,7 @@ from ..storage.base import (
     EntryRow,
     ListFilter,
     PutOutcome,
+    RunKey,
     RunRecord,
     Storage,
     StorageGauges,
@@ -58,7 +61,7 @@ from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
 from .metrics import render as render_metrics
 from .put_policy import PutPolicy, RedactionPolicy
-from .refs import RefCodec
+from .refs import ISSUED_PREFIX, RefCodec
 from .runs import RunHandle, RunRegistry, merged_values
 from .stats import KeyringGauges, Stats
 
@@ -70,13 +73,23 @@ class ServiceConfig:
     max_entry_size_bytes: int = 65536
     default_list_limit: int = 100
     max_list_limit: int = 1000
+    # The JSON bytes of one list answer's entries (see ``within_bytes``).
+    max_answer_bytes: int = 2 << 20
     replay_retention_us: int = 7 * 86_400 * 1_000_000
     max_open_runs: int = 10_000
+    run_idle_timeout_s: float | None = 300.0
     max_run_secret_bytes: int = 16 << 10
     max_keyring_memory_bytes: int = 256 << 20
     # Whether an operator can reach forget (it is served on the admin socket only).
     forget: bool = False
 
+
+# The tenants the connection being served may use under tenant binding; None: every tenant
+# (binding off, or ``*``). The dispatcher sets it before each call; a call naming a run by id
+# alone considers only these tenants' runs of that id (see "which run a call means").
+BOUND_TENANTS: ContextVar[frozenset[str] | None] = ContextVar("bound_tenants", default=None)
+
+_Run = TypeVar("_Run", RunHandle, RunRecord, RunHandle | RunRecord)
 
 # How ``rank: "relevance"`` is computed here (an extension key beside ``search``, whose
 # schema allows only ``supported`` and ``modes``).
@@ -127,6 +140,22 @@ def within_budget(rows: list[EntryRow], budget: int) -> list[EntryRow]:
     return rows
 
 
+def within_bytes(rows: list[EntryRow], budget: int) -> list[orjson.Fragment]:
+    """The longest prefix of ``rows`` whose entries, as JSON (a separator each), add up to at
+    most ``budget`` bytes, but at least the first entry (so every entry can be listed),
+    each already encoded: the answer is encoded once, and never holds more than the budget
+    and one entry of JSON beside the rows."""
+    entries: list[orjson.Fragment] = []
+    spent = 0
+    for row in rows:
+        encoded = orjson.dumps(entry_to_wire(row))
+        spent += len(encoded) + 1
+        if spent > budget and entries:
+            break
+        entries.append(orjson.Fragment(encoded))
+    return entries
+
+
 def entry_to_wire(row: EntryRow) -> dict[str, Any]:
     """A stored entry as ``memory-entry.schema.json`` spells it."""
     entry: dict[str, Any] = {
@@ -144,12 +173,9 @@ def entry_to_wire(row: EntryRow) -> dict[str, Any]:
 def _created_or_resumed(run_id: str, result: BeginResult) -> RunRecord:
     """The run ``begin_run`` created or resumed.
 
-    :raises ForbiddenError: the run belongs to another tenant.
     :raises ReplaySnapshotUnavailableError: a replay found no snapshot within retention.
     """
     outcome = result.outcome
-    if outcome is BeginOutcome.OTHER_TENANT:
-        raise ForbiddenError("the run belongs to another tenant", {"runId": run_id})
     if outcome is BeginOutcome.RETENTION_EXPIRED:
         raise ReplaySnapshotUnavailableError(
             "the run's memory snapshot is past retention",
@@ -196,7 +222,9 @@ class MemoryService:
         self._config = config
         self._keyring_budget = KeyringBudget(config.max_keyring_memory_bytes)
         self._compiler = KeyringCompiler(self._keyring_budget)
-        self._runs = RunRegistry(config.max_open_runs, self._keyring_budget)
+        self._runs = RunRegistry(
+            config.max_open_runs, self._keyring_budget, config.run_idle_timeout_s
+        )
         self._keyrings = KeyringCache(host_secrets, self._compiler, self._runs)
         self._host_secrets = host_secrets
         self._put_policy = PutPolicy(
@@ -251,15 +279,16 @@ class MemoryService:
     # -- runs ----------------------------------------------------------------------------
 
     async def run_begin(self, params: RunBeginParams) -> dict[str, Any]:
-        handle = self._runs.get(params.runId)
-        if handle is not None and handle.tenant == params.tenant:
+        key = RunKey(params.tenant, params.runId)
+        handle = self._runs.get(key)
+        if handle is not None:
             await self._add_secrets(handle, params.secrets)
             return _run_begin_answer(handle, resumed=True)
         # Check the secrets, and make room for their keyring, before touching storage, so a
         # refused begin writes nothing.
         values = merged_values({}, params.secrets, self._config.max_run_secret_bytes) or {}
         generation, keyed = self._keyrings.source(params.tenant, values)
-        with self._compiler.reserving(keyed) as nbytes:
+        with self._compiler.reserving(keyed, params.tenant) as nbytes:
             keyring = await self._compiler.compile(keyed) if values else None
             now = self._storage.clock_us()
             result = await self._storage.begin_run(
@@ -271,7 +300,7 @@ class MemoryService:
             )
             record = _created_or_resumed(params.runId, result)
             resumed = result.outcome is BeginOutcome.RESUMED
-            handle = self._runs.get(params.runId)  # another begin of the same run may have raced
+            handle = self._runs.get(key)  # another begin of the same run may have raced
             if handle is None or handle.snapshot != record.snapshot:
                 handle = RunHandle(
                     run_id=record.run_id,
@@ -290,7 +319,7 @@ class MemoryService:
         return _run_begin_answer(handle, resumed=resumed)
 
     async def run_add_secrets(self, params: RunAddSecretsParams) -> dict[str, Any]:
-        handle = self._open_run(params.runId)
+        handle = self._open_run(params.runId, None)
         await self._add_secrets(handle, params.secrets)
         return {"count": len(handle.values)}
 
@@ -307,7 +336,7 @@ class MemoryService:
                 if values is None:
                     return
                 generation, keyed = self._keyrings.source(handle.tenant, values)
-                with self._compiler.reserving(keyed) as nbytes:
+                with self._compiler.reserving(keyed, handle.tenant) as nbytes:
                     keyring = await self._compiler.compile(keyed)
                     # Another merge may have finished while this one compiled; then merge
                     # again on top of it, or its secrets would be lost.
@@ -318,79 +347,140 @@ class MemoryService:
                         return
 
     def run_end(self, params: RunEndParams) -> dict[str, Any]:
-        return {"ended": self._runs.end(params.runId)}
+        handle = self._pick(params.runId, None, self._visible(self._runs.with_id(params.runId)))
+        return {"ended": handle is not None and self._runs.end(handle.key)}
 
-    def open_run_ids(self) -> list[str]:
+    def open_runs(self) -> list[RunKey]:
         """The runs open in this process (for operators)."""
-        return self._runs.run_ids()
+        return self._runs.keys()
 
     async def find_run(self, run_id: str) -> RunHandle | RunRecord:
         """The run open here, else as persisted within the replay retention: its tenant
         and the snapshot it reads (for operators).
 
         :raises RunNotFoundError: no such run within retention.
+        :raises ConflictError: several tenants have a run of this id.
         """
-        return await self._any_run(run_id)
+        return await self._any_run(run_id, None)
 
     def open_run_tenant(self, run_id: str) -> str | None:
-        """The tenant of the run if it is open in this sidecar, else ``None``."""
-        handle = self._runs.get(run_id)
-        return None if handle is None else handle.tenant
+        """The tenant of the run if one run of this id is open in this sidecar, else
+        ``None`` (for log lines)."""
+        handles = self._runs.with_id(run_id)
+        return handles[0].tenant if len(handles) == 1 else None
 
-    def _open_run(self, run_id: str) -> RunHandle:
-        """The run open in this process.
+    # -- which run a call means ------------------------------------------------------------
+    #
+    # A run is its tenant and its id: two tenants may each have a run of the same id. A
+    # call naming a run by id alone means one of the runs of that id the connection may
+    # use (BOUND_TENANTS): the only one; else the one of the tenant an issued memoryRef
+    # names; else it is a conflict. A run open in this sidecar is preferred to runs that
+    # are only persisted (the worker that began a run calls its own sidecar). A run of a
+    # tenant the connection may not use is never considered, so it is neither refused nor
+    # revealed: the call answers as for a run that does not exist.
 
-        :raises RunNotFoundError: it is not (never begun here, ended, or evicted).
+    def _visible(self, runs: Sequence[_Run]) -> list[_Run]:
+        allowed = BOUND_TENANTS.get()
+        return list(runs) if allowed is None else [r for r in runs if r.tenant in allowed]
+
+    def _matching(self, ref: str, runs: list[_Run]) -> _Run | None:
+        """The run of ``runs`` that ``ref`` means without doubt: the one of the tenant an
+        issued ref names, or for a plain ref the only run."""
+        if ref.startswith(ISSUED_PREFIX):
+            named = [r for r in runs if self._refs.names_tenant(ref, r.tenant)]
+            return named[0] if len(named) == 1 else None
+        return runs[0] if len(runs) == 1 else None
+
+    def _pick(self, run_id: str, ref: str | None, runs: list[_Run]) -> _Run | None:
+        """The run of ``runs`` (of id ``run_id``, one per tenant) a call naming ``ref``
+        means, see above; None when there is none.
+
+        :raises ConflictError: several, and ``ref`` does not tell which (``details.field``
+            ``runId``).
         """
-        handle = self._runs.get(run_id)
+        if len(runs) <= 1:
+            return runs[0] if runs else None
+        if ref is not None:
+            named = [r for r in runs if self._refs.names_tenant(ref, r.tenant)]
+            if len(named) == 1:
+                return named[0]
+        raise ConflictError(
+            "more than one tenant has a run of this id; name the tenant with a memoryRef "
+            "issued for it, or bind this process to its tenant",
+            {"field": "runId"},
+        )
+
+    def _open_here(self, run_id: str, ref: str) -> RunHandle | None:
+        """The open run a call naming ``run_id`` and ``ref`` means without doubt (see
+        :meth:`_matching`), marked as used; None when that needs a look at storage."""
+        handle = self._matching(ref, self._visible(self._runs.with_id(run_id)))
+        if handle is not None:
+            self._runs.touch(handle)
+        return handle
+
+    def _open_run(self, run_id: str, ref: str | None) -> RunHandle:
+        """The run open in this process that a call naming ``run_id`` (and ``ref``) means.
+
+        :raises RunNotFoundError: it is not open (never begun here, ended, or evicted).
+        :raises ConflictError: see :meth:`_pick`.
+        """
+        handles = self._visible(self._runs.with_id(run_id))
+        handle = None if ref is None else self._matching(ref, handles)
+        if handle is None:
+            handle = self._pick(run_id, ref, handles)
         if handle is None:
             raise RunNotFoundError(
                 "the run is not open in this sidecar; begin it again", {"runId": run_id}
             )
+        self._runs.touch(handle)
         return handle
 
-    async def _any_run(self, run_id: str) -> RunHandle | RunRecord:
-        """The run open here, else as persisted (within the replay retention): either way
-        its tenant and the snapshot it reads.
+    async def _any_run(self, run_id: str, ref: str | None) -> RunHandle | RunRecord:
+        """The run open here, else as persisted (within the replay retention), that a call
+        naming ``run_id`` (and ``ref``) means: either way its tenant and the snapshot it
+        reads.
 
         :raises RunNotFoundError: no such run within retention.
+        :raises ConflictError: see :meth:`_pick`.
         """
-        handle = self._runs.get(run_id)
+        handles = self._visible(self._runs.with_id(run_id))
+        if ref is not None:
+            handle = self._matching(ref, handles)
+        else:
+            handle = handles[0] if len(handles) == 1 else None
         if handle is not None:
+            self._runs.touch(handle)
             return handle
-        record = await self._storage.find_run(
+        records = await self._storage.find_runs(
             run_id=run_id, retention_cutoff_us=self._retention_cutoff_us()
         )
-        if record is None:
+        # One per tenant, the open handle in place of the record of its run.
+        runs: dict[str, RunHandle | RunRecord] = {r.tenant: r for r in self._visible(records)}
+        runs |= {h.tenant: h for h in handles}
+        run = self._pick(run_id, ref, list(runs.values()))
+        if run is None:
             raise RunNotFoundError("unknown run", {"runId": run_id})
-        return record
-
-    async def tenant_of_run(self, run_id: str) -> str | None:
-        """The tenant of the run, whether it is open here or only persisted (within the
-        replay retention); None for a run that does not exist."""
-        handle = self._runs.get(run_id)
-        if handle is not None:
-            return handle.tenant
-        record = await self._storage.find_run(
-            run_id=run_id, retention_cutoff_us=self._retention_cutoff_us()
-        )
-        return None if record is None else record.tenant
+        if isinstance(run, RunHandle):
+            self._runs.touch(run)
+        return run
 
     def _retention_cutoff_us(self) -> int:
         return retention_cutoff_us(self._storage.clock_us(), self._config.replay_retention_us)
 
     # -- memory --------------------------------------------------------------------------
 
-    async def list(self, params: ListParams) -> list[dict[str, Any]]:
+    async def list(self, params: ListParams) -> list[orjson.Fragment]:
+        """The entries PROTOCOL.md's ``memory.list`` answers, each as its JSON: at most
+        ``max_answer_bytes`` of them together (see :func:`within_bytes`)."""
         options = params.options
         relevance = options is not None and options.rank == "relevance"
         if relevance and (options is None or options.query is None):
             raise ValidationError(
                 "options.query: rank 'relevance' requires a query", {"field": "options.query"}
             )
-        run: RunHandle | RunRecord | None = self._runs.get(params.runId)
+        run: RunHandle | RunRecord | None = self._open_here(params.runId, params.memoryRef)
         if run is None:  # the usual case above goes without a coroutine for the lookup
-            run = await self._any_run(params.runId)
+            run = await self._any_run(params.runId, params.memoryRef)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:
             return []
@@ -402,7 +492,7 @@ class MemoryService:
                 limit=min(self._config.default_list_limit, self._config.max_list_limit),
                 tag=None,
             )
-            return [entry_to_wire(r) for r in rows]
+            return within_bytes(rows, self._config.max_answer_bytes)
         limit = min(options.limit or self._config.default_list_limit, self._config.max_list_limit)
         budget = options.tokenBudget
         # An entry over the whole budget is skipped in the query, so the rows fetched are
@@ -436,7 +526,7 @@ class MemoryService:
             )
         if budget is not None:
             rows = within_budget(rows, budget)
-        return [entry_to_wire(r) for r in rows]
+        return within_bytes(rows, self._config.max_answer_bytes)
 
     def get_now(self, params: GetParams) -> dict[str, Any] | NotNow | None:
         """What :meth:`get` answers, when that is ready without waiting (the run is open
@@ -445,7 +535,7 @@ class MemoryService:
         :raises ForbiddenError: the ref is another tenant's.
         :raises UpstreamUnavailableError: the database failed.
         """
-        handle = self._runs.get(params.runId)
+        handle = self._open_here(params.runId, params.memoryRef)
         if handle is None:
             return NOT_NOW
         scope = self._refs.resolve(params.memoryRef, handle.tenant)
@@ -463,7 +553,7 @@ class MemoryService:
         answer = self.get_now(params)
         if not isinstance(answer, NotNow):
             return answer
-        run = await self._any_run(params.runId)
+        run = await self._any_run(params.runId, params.memoryRef)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:
             return None
@@ -474,7 +564,7 @@ class MemoryService:
         return None if row is None else entry_to_wire(row)
 
     async def delete(self, params: DeleteParams) -> bool:
-        run = await self._any_run(params.runId)
+        run = await self._any_run(params.runId, params.memoryRef)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:
             return False
@@ -484,7 +574,7 @@ class MemoryService:
     async def put(self, params: PutParams) -> dict[str, Any]:
         policy = self._put_policy
         expires_us = policy.check_entry(params.entry)
-        handle = self._open_run(params.runId)
+        handle = self._open_run(params.runId, params.memoryRef)
         scope = self._refs.resolve(params.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
@@ -500,6 +590,12 @@ class MemoryService:
         if result.outcome is PutOutcome.KEY_CONFLICT:
             raise ConflictError(
                 "the idempotency key was used for a different entry", {"field": "idempotencyKey"}
+            )
+        if result.outcome is PutOutcome.KEY_EXPIRED:
+            # As a put repeated after expiresAt is refused before storage: the entry has
+            # expired, its content is erased, and writing it again would resurrect it.
+            raise ValidationError(
+                "the entry this idempotency key wrote has expired", {"field": "entry.expiresAt"}
             )
         assert result.entry is not None
         return entry_to_wire(result.entry)
@@ -544,7 +640,10 @@ class MemoryService:
 
     def _keyring_gauges(self) -> KeyringGauges:
         return KeyringGauges(
-            self._keyring_budget.held, self._keyrings.host_keyrings_cached, self._runs.evicted
+            self._keyring_budget.held,
+            self._keyrings.host_keyrings_cached,
+            self._runs.evicted,
+            self._runs.idle_dropped,
         )
 
     async def sweep(self, batch_size: int) -> SweepCounts:
@@ -558,7 +657,7 @@ class MemoryService:
         try:
             storage = self._storage
             now = storage.clock_us()
-            await storage.touch_runs(run_ids=self._runs.run_ids(), now_us=now)
+            await storage.touch_runs(runs=self._runs.keys(), now_us=now)
             counts = await storage.sweep(
                 horizons=SweepHorizons.at(now, self._config.replay_retention_us),
                 batch_size=batch_size,

@@ -179,12 +179,19 @@ def _families(
     sizes: tuple[tuple[str, str, int | None], ...] = (
         ("database_bytes", "Size of the database (SQLite: the main file).", storage.database_bytes),
         ("wal_bytes", "Size of SQLite's write-ahead log.", storage.wal_bytes),
+        ("entries", "Live entries (neither deleted nor expired), exactly.", storage.entries),
+        ("scopes", "Scopes stored, exactly.", storage.scopes),
         (
             "entries_estimate",
-            "Entries stored, an upper bound (deleted but unpurged ones included).",
+            "Entry rows stored (deleted and unswept expired ones included), as estimated by "
+            "PostgreSQL's planner at its last ANALYZE.",
             storage.entries_estimate,
         ),
-        ("scopes_estimate", "Scopes stored, an upper bound.", storage.scopes_estimate),
+        (
+            "scopes_estimate",
+            "Scopes stored, as estimated by PostgreSQL's planner at its last ANALYZE.",
+            storage.scopes_estimate,
+        ),
     )
     for name, doc, size in sizes:
         if size is not None:

@@ -109,9 +109,26 @@ class PutPolicy:
             survived rewriting (``details.field``, ``details.secretIds``).
         :raises ValidationError: a tag is longer than allowed once redacted.
         """
+        content, tags = await self.redacted_entry(keyring, params.entry)
+        # The digest is over the redacted entry, so no secret value enters it.
+        digest = hashlib.sha256(orjson.dumps([content, tags, expires_us])).digest()
+        # Keys are stored as keyed digests: a worker may well derive them from content.
+        key = None if params.idempotencyKey is None else self._refs.keyed_id(params.idempotencyKey)
+        return PutRequest(scope, content, tags, expires_us, key, digest)
+
+    async def redacted_entry(
+        self, keyring: Keyring, entry: EntryInput
+    ) -> tuple[str, tuple[str, ...]]:
+        """``entry``'s content and tags as a put stores them: redacted with ``keyring``,
+        empty and repeated tags dropped. An import applies it to each line as well.
+
+        :raises SecretLeakageError: the policies refuse what was found, or a secret
+            survived rewriting (``details.field``, ``details.secretIds``).
+        :raises ValidationError: a tag is longer than allowed once redacted.
+        """
         # Tags are redacted as sent, so every field name below indexes the request's tags;
         # empty and repeated tags are dropped afterwards.
-        redacted = await self._redact(keyring, params.entry)
+        redacted = await self._redact(keyring, entry)
         refused = self._refused(redacted)
         if refused:
             self._stats.refusals["survived" if redacted.leaked else _kind(refused[0])] += 1
@@ -134,12 +151,7 @@ class PutPolicy:
                     f"a tag is longer than {MAX_TAG_CHARS} characters after redaction",
                     {"field": f"entry.tags[{i}]"},
                 )
-        tags = _unique_nonempty(redacted.tags)
-        # The digest is over the redacted entry, so no secret value enters it.
-        digest = hashlib.sha256(orjson.dumps([redacted.content, tags, expires_us])).digest()
-        # Keys are stored as keyed digests: a worker may well derive them from content.
-        key = None if params.idempotencyKey is None else self._refs.keyed_id(params.idempotencyKey)
-        return PutRequest(scope, redacted.content, tags, expires_us, key, digest)
+        return redacted.content, _unique_nonempty(redacted.tags)
 
     async def _redact(self, keyring: Keyring, entry: EntryInput) -> Redacted:
         """Redact ``entry``; a large one in a worker thread, so small requests are not held

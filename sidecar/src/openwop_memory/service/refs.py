@@ -97,6 +97,19 @@ class RefCodec:
         self._cache[key] = scope
         return scope
 
+    def names_tenant(self, ref: str, tenant: str) -> bool:
+        """Whether ``ref`` is a valid issued ref of ``tenant``: a check, not a use (a ref
+        failing it is not counted or logged as rejected; :meth:`resolve` does that)."""
+        if len(ref) > MAX_REF_CHARS or not ref.startswith(ISSUED_PREFIX):
+            return False
+        cached = self._cache.get((ref, tenant))
+        if cached is not None:
+            return True
+        try:
+            return self._resolve(ref, tenant) is not None
+        except ForbiddenError:
+            return False
+
     def _rejected(self, tenant: str) -> None:
         """Count an issued ref that failed verification, and log it (rate-limited, never
         the ref): forged and altered refs end here, and so does every ref after the

@@ -13,6 +13,16 @@ Every file that cannot serve as a secret is ignored with a ``host_secret_ignored
 naming the file and the reason. No log line, error or exception raised here ever carries a
 secret value or any part of one.
 
+Permissions are checked as the database file's are, on the directories listed (the
+directory, ``tenants`` and each tenant's) and on each secret file (the target of a
+symlink): writable by the group is a ``host_secrets_writable_by_group`` warning;
+writable by every user refuses the whole load (:class:`UnsafeSecretsError`), since any
+local user could then plant a "secret" (a symlink to a file only the service may read makes
+redaction an oracle on that file). A sidecar does not start on such a directory; a reload
+keeps the secrets loaded before and logs ``host_secrets_refused`` as an error naming the
+path. On a read-only file system (a Kubernetes Secret volume) nothing can be planted, so no
+mode there is refused.
+
 Loads build new mappings and swap them in with one assignment, so :meth:`values_for` can be
 called from the event loop while a worker thread reloads.
 """
@@ -51,13 +61,27 @@ _TENANT = re.compile(CONTROL_FREE)
 
 log = structlog.get_logger("openwop_memory.secrets_directory")
 
-# (path relative to the directory, inode, size, mtime_ns) of everything a load reads;
-# None when the directory does not exist.
-Signature = tuple[tuple[str, int, int, int], ...] | None
+# (path relative to the directory, inode, size, mtime_ns, mode) of everything a load reads
+# (the mode, so that fixing a refused one with chmod is noticed); None when the directory
+# does not exist.
+Signature = tuple[tuple[str, int, int, int, int], ...] | None
 
 
 class _Ignored(Exception):
     """A file that cannot serve as a secret; the message is the reason (never the value)."""
+
+
+class UnsafeSecretsError(PermissionError):
+    """A directory or secret file of ``secrets_dir`` is writable by every user: nothing of
+    the load is used. ``strerror`` names the path and its mode (never content)."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        super().__init__(
+            errno.EPERM,
+            f"{path} is writable by every user (mode {mode:04o}); chmod o-w it",
+        )
+        self.path = path
+        self.mode = mode
 
 
 @dataclass(frozen=True)
@@ -152,7 +176,7 @@ class SecretsDirectory:
             changed = await anyio.to_thread.run_sync(self.reload)
         except OSError as exc:
             self._reloads["failed"] += 1
-            log.warning("host_secrets_reload_failed", trigger=trigger, error=type(exc).__name__)
+            _log_failure("host_secrets_reload_failed", exc, trigger=trigger)
             return False
         self._log_reload(trigger, changed)
         return changed
@@ -175,7 +199,7 @@ class SecretsDirectory:
                 changed = await anyio.to_thread.run_sync(self._poll)
             except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one poll
                 self._reloads["failed"] += 1
-                log.warning("host_secrets_poll_failed", error=type(exc).__name__)
+                _log_failure("host_secrets_poll_failed", exc)
                 continue
             if changed is not None:
                 self._log_reload("poll", changed)
@@ -186,7 +210,12 @@ class SecretsDirectory:
             signature = _signature(self.directory)
             if self._scanned and signature == self._signature:
                 return None
-            changed = self._load()
+            try:
+                changed = self._load()
+            except UnsafeSecretsError:
+                # Refused once per change, not at every poll: the next chmod is a change.
+                self._signature = signature
+                raise
             self._signature, self._scanned = signature, True
             return changed
 
@@ -228,6 +257,7 @@ def _read_directory(directory: Path) -> _Loaded:
     except FileNotFoundError:
         log.warning("host_secrets_dir_missing", directory=str(directory))
         return _Loaded()
+    _check_mode(directory, os.stat(directory).st_mode)
     host = _read_scope(directory, [n for n in names if n != TENANTS_DIR], tenant=None)
     tenants = _read_tenants(directory / TENANTS_DIR) if TENANTS_DIR in names else {}
     return _Loaded(host, tenants)
@@ -237,6 +267,9 @@ def _read_tenants(directory: Path) -> dict[str, Mapping[str, str]]:
     """Each tenant's own secrets, for the tenants that have any."""
     try:
         names = _visible(os.listdir(directory))
+        _check_mode(directory, os.stat(directory).st_mode)
+    except UnsafeSecretsError:
+        raise
     except OSError as exc:
         _warn(f"{TENANTS_DIR} is not a readable directory ({_errno(exc)})")
         return {}
@@ -247,6 +280,9 @@ def _read_tenants(directory: Path) -> dict[str, Mapping[str, str]]:
             continue
         try:
             files = _visible(os.listdir(directory / tenant))
+            _check_mode(directory / tenant, os.stat(directory / tenant).st_mode)
+        except UnsafeSecretsError:
+            raise
         except OSError as exc:
             _warn(f"not a readable tenant directory ({_errno(exc)})", tenant=tenant)
             continue
@@ -290,10 +326,14 @@ def _read_secret(path: Path) -> str:
     except OSError as exc:
         raise _Ignored(f"unreadable ({_errno(exc)})") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
             raise _Ignored("not a regular file")
+        _check_mode(path, mode)
         with open(fd, "rb", closefd=False) as f:
             data = f.read(MAX_SECRET_FILE_BYTES + 1)
+    except UnsafeSecretsError:
+        raise
     except OSError as exc:
         raise _Ignored(f"unreadable ({_errno(exc)})") from None
     finally:
@@ -324,6 +364,46 @@ def _decode(data: bytes) -> str:
     return text
 
 
+def _check_mode(path: Path, mode: int) -> None:
+    """Warn if ``path`` (of stat mode ``mode``) is writable by its group; refuse it if it
+    is writable by every user. Either is let pass on a read-only file system.
+
+    :raises UnsafeSecretsError: writable by every user.
+    """
+    if not mode & (stat.S_IWGRP | stat.S_IWOTH) or _read_only(path):
+        return
+    if mode & stat.S_IWOTH:
+        raise UnsafeSecretsError(path, stat.S_IMODE(mode))
+    log.warning(
+        "host_secrets_writable_by_group",
+        path=str(path),
+        mode=f"{stat.S_IMODE(mode):04o}",
+        hint="anyone in the group can plant a secret; chmod g-w it",
+    )
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _log_failure(event: str, exc: BaseException, **fields: str) -> None:
+    """A failed reload: a refusal as an error naming the path, else a warning naming the
+    exception type only (an OSError's message may quote a path that is a secret id, which
+    is fine, but nothing else is known to be safe)."""
+    if isinstance(exc, UnsafeSecretsError):
+        log.error(
+            "host_secrets_refused",
+            path=str(exc.path),
+            mode=f"{exc.mode:04o}",
+            reason="writable by every user; the secrets loaded before stay in force",
+            **fields,
+        )
+    log.warning(event, error=type(exc).__name__, **fields)
+
+
 # -- change detection ----------------------------------------------------------------------
 
 
@@ -339,7 +419,7 @@ def _signature(directory: Path) -> Signature:
         names = _visible(os.listdir(directory))
     except FileNotFoundError:
         return None
-    entries: list[tuple[str, int, int, int]] = []
+    entries: list[tuple[str, int, int, int, int]] = []
     for name in names:
         if _stat_into(entries, directory, name) and name == TENANTS_DIR:
             for tenant in _listing(directory / name):
@@ -349,14 +429,14 @@ def _signature(directory: Path) -> Signature:
     return tuple(entries)
 
 
-def _stat_into(entries: list[tuple[str, int, int, int]], directory: Path, rel: str) -> bool:
+def _stat_into(entries: list[tuple[str, int, int, int, int]], directory: Path, rel: str) -> bool:
     """Append ``rel``'s stat to ``entries``; whether it is a directory."""
     try:
         st = os.stat(directory / rel)
     except OSError as exc:
-        entries.append((rel, -1, -1, exc.errno or 0))
+        entries.append((rel, -1, -1, exc.errno or 0, 0))
         return False
-    entries.append((rel, st.st_ino, st.st_size, st.st_mtime_ns))
+    entries.append((rel, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode))
     return stat.S_ISDIR(st.st_mode)
 
 

@@ -30,6 +30,7 @@ class KeyringGauges:
     memory_bytes: int  # estimated, charged plus reserved (see keyring_memory.py)
     host_keyrings: int  # cached host keyrings
     runs_evicted: int  # open runs dropped past max_open_runs or max_keyring_memory_bytes
+    runs_idle_dropped: int = 0  # open runs dropped unused for run_idle_timeout
 
 
 @dataclass
@@ -94,6 +95,7 @@ class Stats:
             "keyringMemoryBytes": keyrings.memory_bytes,
             "hostKeyringsCached": keyrings.host_keyrings,
             "runsEvicted": keyrings.runs_evicted,
+            "runsIdleDropped": keyrings.runs_idle_dropped,
             "entriesSwept": self.entries_swept,
             "tombstonesPurged": self.tombstones_purged,
             "sweeps": self.sweeps,

@@ -2,9 +2,9 @@
 
 Each pass is :meth:`MemoryService.sweep <.memory.MemoryService.sweep>`: it touches this
 process's open runs (so their snapshots outlive retention while in use), then asks storage
-to delete expired entries and purge tombstones, run records and idempotency keys past
-retention, in small batches so writers never stall. A failing pass is logged (and counted
-by the service); the next one runs on schedule.
+to erase expired entries (whatever idempotency key names them) and purge tombstones, run
+records and idempotency keys past retention, in small batches so writers never stall. A
+failing pass is logged (and counted by the service); the next one runs on schedule.
 """
 
 from __future__ import annotations

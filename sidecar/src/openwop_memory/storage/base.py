@@ -80,6 +80,13 @@ class ListFilter:
     created_before_us: int | None = None
 
 
+class RunKey(NamedTuple):
+    """What names a run: its tenant and its id (the same id under two tenants is two runs)."""
+
+    tenant: str
+    run_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A persisted run: its tenant and snapshot (and the time the snapshot was taken)."""
@@ -95,7 +102,6 @@ class BeginOutcome(enum.Enum):
 
     CREATED = "created"  # a new snapshot was taken and persisted (new run, or past retention)
     RESUMED = "resumed"  # the run's retained snapshot, now touched
-    OTHER_TENANT = "other_tenant"  # the run id belongs to another tenant; nothing written
     RETENTION_EXPIRED = "retention_expired"  # replay: the run's snapshot is past retention
     UNKNOWN_RUN = "unknown_run"  # replay: no snapshot was ever taken for the run
 
@@ -112,7 +118,6 @@ class BeginResult:
 REFUSED: dict[BeginOutcome, BeginResult] = {
     outcome: BeginResult(outcome)
     for outcome in (
-        BeginOutcome.OTHER_TENANT,
         BeginOutcome.RETENTION_EXPIRED,
         BeginOutcome.UNKNOWN_RUN,
     )
@@ -120,9 +125,8 @@ REFUSED: dict[BeginOutcome, BeginResult] = {
 
 
 class FoundRun(NamedTuple):
-    """What :func:`classify_run` needs of a run's stored row."""
+    """What :func:`classify_run` needs of a run's stored row (of the tenant beginning it)."""
 
-    tenant: str
     has_snapshot: bool  # False: a run marker, its snapshot past retention
     touched_us: int
 
@@ -131,15 +135,14 @@ def classify_run(
     found: FoundRun | None, *, tenant: str, replay: bool, retention_cutoff_us: int
 ) -> BeginOutcome:
     """What :meth:`Storage.begin_run` does with the run it found, the one rule every backend
-    applies: ``found`` is the run's stored row, or ``None`` for a run never begun.
+    applies: ``found`` is the stored row of ``tenant``'s run of that id, or ``None`` for a
+    run that tenant never began (another tenant's run of the same id is another run).
 
     RESUMED: keep the snapshot (touch it). CREATED: take a fresh snapshot (a new run, or one
     past retention without ``replay``). The others write nothing.
     """
     if found is None:
         return BeginOutcome.UNKNOWN_RUN if replay else BeginOutcome.CREATED
-    if found.tenant != tenant:
-        return BeginOutcome.OTHER_TENANT
     if found.has_snapshot and found.touched_us > retention_cutoff_us:
         return BeginOutcome.RESUMED
     return BeginOutcome.RETENTION_EXPIRED if replay else BeginOutcome.CREATED
@@ -167,6 +170,9 @@ class PutOutcome(enum.Enum):
     STORED = "stored"  # a new entry was committed
     REPLAYED = "replayed"  # the key was kept with the same digest: the earlier entry
     KEY_CONFLICT = "key_conflict"  # the key was kept with another digest; nothing written
+    # The key was kept with the same digest, but its entry's expiresAt has passed: its
+    # content is erased (or about to be), so there is nothing to return; nothing written.
+    KEY_EXPIRED = "key_expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,15 @@ class PutResult:
 
 
 KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
+KEY_EXPIRED = PutResult(PutOutcome.KEY_EXPIRED)
+
+
+def replayed(entry: EntryRow | None, now_us: int) -> PutResult:
+    """The answer to a put whose kept key has the same digest: the key's ``entry`` (``None``
+    once the sweep erased it), or KEY_EXPIRED when it is gone or expired at ``now_us``."""
+    if entry is None or (entry.expires_us is not None and entry.expires_us <= now_us):
+        return KEY_EXPIRED
+    return PutResult(PutOutcome.REPLAYED, entry)
 
 
 @dataclass(slots=True)
@@ -259,12 +274,17 @@ class StoredEntry:
 class StorageGauges:
     """What a backend can tell cheaply about its size and its commits, for the metrics.
 
-    The estimates are upper bounds read from indexes, not counts: they include rows that
-    are deleted but not yet purged. ``None``: the backend does not know it.
+    ``entries`` and ``scopes`` are exact counts where a backend counts cheaply: the live
+    entries (neither deleted nor expired at the call) and the scopes stored. Where it
+    cannot, ``entries_estimate`` and ``scopes_estimate`` are its planner's estimates of
+    the rows stored (deleted and unswept expired ones included). ``None``: the backend
+    does not know it.
     """
 
     database_bytes: int | None = None
     wal_bytes: int | None = None
+    entries: int | None = None
+    scopes: int | None = None
     entries_estimate: int | None = None
     scopes_estimate: int | None = None
     commits: int | None = None  # transactions committed by this process
@@ -302,23 +322,28 @@ class Storage(Protocol):
     ) -> BeginResult:
         """In one transaction: classify the run and take a snapshot if it needs one.
 
-        A run of another tenant: OTHER_TENANT. A run of ``tenant`` with a snapshot touched
-        after ``retention_cutoff_us``: RESUMED (touched at ``now_us``). Otherwise, with
+        A run is named by its tenant and its id together: runs of the same id under other
+        tenants are other runs, never looked at (so an id taken by one tenant neither
+        blocks another tenant nor tells it anything). A run of ``tenant`` with a snapshot
+        touched after ``retention_cutoff_us``: RESUMED (touched at ``now_us``). Otherwise, with
         ``replay``: RETENTION_EXPIRED if the run is known, UNKNOWN_RUN if not; without it:
         CREATED, with a fresh snapshot touched at ``now_us``. Only CREATED and RESUMED write.
         """
 
-    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
-        """The run if it has a snapshot touched after ``retention_cutoff_us``, else ``None``."""
+    async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
+        """The runs of this id, one per tenant that began one, with a snapshot touched after
+        ``retention_cutoff_us``, ordered by tenant (the caller picks between tenants)."""
 
-    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
+    async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
         """Mark these runs' snapshots (those that have one) as used at ``now_us``."""
 
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
         """Store a new entry, unless its idempotency key is already kept in its scope.
 
         A new entry gets its id from :func:`~openwop_memory.domain.new_entry_id` and its
-        createdAt from the commit; ``now_us`` dates the idempotency key.
+        createdAt from the commit; ``now_us`` dates the idempotency key. A kept key whose
+        entry expired at or before ``now_us`` (or was swept) answers KEY_EXPIRED with the
+        same digest, KEY_CONFLICT with another: an expired entry is never returned.
         """
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
@@ -394,8 +419,10 @@ class Storage(Protocol):
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         """Remove what the horizons allow, in batches of ``batch_size`` so writers never stall.
 
-        Expired entries and idempotency keys past ``key_cutoff_us`` go (an entry pinned by a
-        kept key stays); runs touched at or before ``run_cutoff_us`` lose their snapshot but
+        Expired entries go whatever pins them, and with them every byte of their content
+        the backend can reach (their idempotency keys stay, holding a digest only, so a
+        repeated put is refused rather than stored again); idempotency keys past
+        ``key_cutoff_us`` go; runs touched at or before ``run_cutoff_us`` lose their snapshot but
         keep a marker, and markers touched at or before ``marker_cutoff_us`` go; a tombstoned
         entry goes once no remaining snapshot can see it. A failing step is recorded in
         ``errors`` and the other steps still run.
@@ -470,3 +497,9 @@ class Storage(Protocol):
 
 class StorageStartupError(Exception):
     """The database cannot be used; the message says why and what to do."""
+
+
+class DatabaseUnreachableError(StorageStartupError):
+    """The database server could not be reached, or is not accepting connections yet: worth
+    waiting for at start-up (``database_wait``), unlike a wrong password or a missing
+    database, which no wait repairs."""

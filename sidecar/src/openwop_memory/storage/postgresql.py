@@ -8,9 +8,9 @@ the run's snapshot: a write acknowledged before is at or below it, a write that 
 after is above it, whichever sidecars wrote. Tenants never queue behind each other.
 
 **Lock order.** A write takes its tenant's clock row before anything else of that tenant
-(a new scope row, say), and ``touch_runs`` locks runs in id order, so no two transactions of
-this backend wait for each other in a cycle. Deadlocks and serialization failures are
-retried (the transaction wrote nothing).
+(a new scope row, say), and ``touch_runs`` locks runs in (tenant, id) order, so no two
+transactions of this backend wait for each other in a cycle. Deadlocks and serialization
+failures are retried (the transaction wrote nothing).
 
 **Poolers.** No named prepared statements (``statement_cache_size=0``), no session state,
 and only transaction-scoped advisory locks, so it runs behind PgBouncer in transaction mode.
@@ -37,6 +37,7 @@ from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ..logs import describe_exception
 from ..retrieval import estimate_tokens
 from ..timefmt import now_us as wall_clock_us
 from .base import (
@@ -52,6 +53,7 @@ from .base import (
     PutRequest,
     PutResult,
     RunInfo,
+    RunKey,
     RunRecord,
     Scope,
     ScopeInfo,
@@ -62,8 +64,9 @@ from .base import (
     StoredEntry,
     SweepCounts,
     classify_run,
+    replayed,
 )
-from .postgresql_errors import CONNECTION_ERRORS, is_retryable, translate_errors
+from .postgresql_errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .scope_cache import ScopeCache
 
@@ -91,6 +94,8 @@ _TAKE_CLOCK = (
     " ON CONFLICT (tenant) DO UPDATE SET seq = c.seq + $2,"
     f" last_us = greatest(c.last_us, {DB_NOW_US}) RETURNING seq, last_us"
 )
+# Idempotency keys pin a deleted entry (the second put returns it even after the delete);
+# they pin no expired one, which the sweep deletes whatever names it.
 _UNPINNED = (
     "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.scope_pk = e.scope_pk AND i.entry_seq = e.seq)"
 )
@@ -169,6 +174,7 @@ class PostgresqlStorage:
         self._schema_version = 0
         self._closed = False
         self._write_error: str | None = None  # the reason, while the latest write failed
+        self._unreachable_since: float | None = None  # since a connection error, until a call works
         self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
         self._vectors_cache: VectorCache | None = None
 
@@ -208,12 +214,13 @@ class PostgresqlStorage:
             raise
         except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
             await self.close()
-            reason = getattr(exc, "sqlstate", None) or type(exc).__name__
-            raise StorageStartupError(
-                f"cannot open the PostgreSQL database ({reason}); check the URL, that the "
-                "server is up and that the user may create tables"
-            ) from None
+            raise startup_error(exc, self.dsn) from None
         gauges = await self.gauges()
+        # Exact, where a count could take seconds on a large table: whether a mistyped
+        # database name started an empty memory is what an operator reads this line for.
+        holds_entries = await self._read(
+            lambda conn: conn.fetchval("SELECT EXISTS (SELECT 1 FROM entries)")
+        )
         log.info(
             "database_opened",
             backend="postgresql",
@@ -224,6 +231,7 @@ class PostgresqlStorage:
             database=where["db"],
             created=created,
             schema_version=self._schema_version,
+            holds_entries=bool(holds_entries),
             entries_estimate=gauges.entries_estimate,
         )
 
@@ -305,10 +313,12 @@ class PostgresqlStorage:
         with translate_errors():
             try:
                 async with self._acquire() as conn:
-                    return await fn(conn)
-            except CONNECTION_ERRORS:
-                await self._expire_idle()
+                    result = await fn(conn)
+            except CONNECTION_ERRORS as exc:
+                await self._connection_lost(exc)
                 raise
+        self._connection_works()
+        return result
 
     async def _write(self, fn: Callable[[Conn, Effects], Awaitable[T]]) -> T:
         """``fn`` in a transaction of its own, retried on a deadlock or serialization failure;
@@ -332,19 +342,33 @@ class PostgresqlStorage:
                     if is_retryable(exc) and attempt + 1 < _RETRIES:
                         continue
                     raise
-                except CONNECTION_ERRORS:
-                    await self._expire_idle()
+                except CONNECTION_ERRORS as exc:
+                    await self._connection_lost(exc)
                     raise
                 for effect in effects:
                     effect()
+                self._connection_works()
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _expire_idle(self) -> None:
+    async def _connection_lost(self, exc: BaseException) -> None:
         """After a connection error, replace every pooled connection on its next use: after a
-        server restart they are all dead."""
+        server restart they are all dead. The first error of an outage is logged (at error:
+        the line an operator's alert keys on), the others are not: one line per outage."""
+        if self._unreachable_since is None:
+            self._unreachable_since = anyio.current_time()
+            log.error("database_unreachable", backend="postgresql", error=describe_exception(exc))
         if self._pool is not None:
             await self._pool.expire_connections()
+
+    def _connection_works(self) -> None:
+        """A call went through: if an outage was logged, log its end."""
+        if self._unreachable_since is not None:
+            seconds = anyio.current_time() - self._unreachable_since
+            self._unreachable_since = None
+            log.warning(
+                "database_reachable", backend="postgresql", unreachable_seconds=round(seconds, 1)
+            )
 
     async def _scope_pk(self, conn: Conn, scope: Scope, effects: Effects) -> int:
         """The scope's id, creating the scope if new (the tenant's clock is already held).
@@ -385,21 +409,24 @@ class PostgresqlStorage:
             # between our look and our insert; then we classify the run it made.
             for _ in range(2):
                 row = await conn.fetchrow(
-                    "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs"
-                    " WHERE run_id = $1 FOR UPDATE",
+                    "SELECT snapshot_seq, snapshot_us, touched_us FROM runs"
+                    " WHERE tenant = $1 AND run_id = $2 FOR UPDATE",
+                    tenant,
                     run_id,
                 )
                 found = None
                 if row is not None:
-                    has_snapshot = row["snapshot_seq"] is not None
-                    found = FoundRun(row["tenant"], has_snapshot, row["touched_us"])
+                    found = FoundRun(row["snapshot_seq"] is not None, row["touched_us"])
                 outcome = classify_run(
                     found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
                 )
                 if outcome is BeginOutcome.RESUMED:
                     assert row is not None
                     await conn.execute(
-                        "UPDATE runs SET touched_us = $2 WHERE run_id = $1", run_id, now_us
+                        "UPDATE runs SET touched_us = $3 WHERE tenant = $1 AND run_id = $2",
+                        tenant,
+                        run_id,
+                        now_us,
                     )
                     snapshot = Snapshot(row["snapshot_seq"])
                     run = RunRecord(run_id, tenant, snapshot, row["snapshot_us"])
@@ -412,8 +439,9 @@ class PostgresqlStorage:
                 seq, snap_us = await _take_clock(conn, tenant, 0)
                 if row is not None:  # past retention: a fresh snapshot on the locked row
                     await conn.execute(
-                        "UPDATE runs SET snapshot_seq = $2, snapshot_us = $3, touched_us = $4"
-                        " WHERE run_id = $1",
+                        "UPDATE runs SET snapshot_seq = $3, snapshot_us = $4, touched_us = $5"
+                        " WHERE tenant = $1 AND run_id = $2",
+                        tenant,
                         run_id,
                         seq,
                         snap_us,
@@ -423,7 +451,7 @@ class PostgresqlStorage:
                 else:
                     inserted = await conn.fetchval(
                         "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
-                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING"
+                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO NOTHING"
                         " RETURNING true",
                         run_id,
                         tenant,
@@ -438,15 +466,18 @@ class PostgresqlStorage:
 
         return await self._write(op)
 
-    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
-        if not run_ids:
+    async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
+        if not runs:
             return
+        ordered = sorted(runs)
         await self._write(
             lambda conn, effects: conn.execute(
-                "UPDATE runs SET touched_us = $2 WHERE run_id IN (SELECT run_id FROM runs"
-                " WHERE run_id = ANY($1) AND snapshot_seq IS NOT NULL ORDER BY run_id"
-                " FOR UPDATE)",
-                sorted(run_ids),
+                "UPDATE runs SET touched_us = $3 WHERE (tenant, run_id) IN (SELECT tenant,"
+                " run_id FROM runs WHERE (tenant, run_id) IN"
+                " (SELECT * FROM unnest($1::text[], $2::text[])) AND snapshot_seq IS NOT NULL"
+                " ORDER BY tenant, run_id FOR UPDATE)",
+                [tenant for tenant, _ in ordered],
+                [run_id for _, run_id in ordered],
                 now_us,
             )
         )
@@ -462,9 +493,10 @@ class PostgresqlStorage:
             scope_pk = await self._scope_pk(conn, scope, effects)
             key = request.idempotency_key
             if key is not None:
+                # The entry's columns are NULL once the sweep erased it.
                 earlier = await conn.fetchrow(
-                    f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i JOIN entries e"
-                    " ON e.scope_pk = i.scope_pk AND e.seq = i.entry_seq"
+                    f"SELECT i.digest, e.seq, {_ENTRY_COLUMNS} FROM idempotency i"
+                    " LEFT JOIN entries e ON e.scope_pk = i.scope_pk AND e.seq = i.entry_seq"
                     " WHERE i.scope_pk = $1 AND i.key = $2",
                     scope_pk,
                     key,
@@ -472,7 +504,8 @@ class PostgresqlStorage:
                 if earlier is not None:
                     if bytes(earlier[0]) != request.digest:
                         return KEY_CONFLICT
-                    return PutResult(PutOutcome.REPLAYED, _row(tuple(earlier)[1:]))
+                    kept = None if earlier[1] is None else _row(tuple(earlier)[2:])
+                    return replayed(kept, now_us)
             row = EntryRow(
                 new_entry_id(created_us),
                 request.content,
@@ -528,18 +561,16 @@ class PostgresqlStorage:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
-        row = await self._read(
-            lambda conn: conn.fetchrow(
+    async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
                 "SELECT tenant, snapshot_seq, snapshot_us FROM runs WHERE run_id = $1"
-                " AND snapshot_seq IS NOT NULL AND touched_us > $2",
+                " AND snapshot_seq IS NOT NULL AND touched_us > $2 ORDER BY tenant",
                 run_id,
                 retention_cutoff_us,
             )
         )
-        if row is None:
-            return None
-        return RunRecord(run_id, row[0], Snapshot(row[1]), row[2])
+        return [RunRecord(run_id, row[0], Snapshot(row[1]), row[2]) for row in rows]
 
     async def search(
         self,
@@ -724,8 +755,7 @@ class PostgresqlStorage:
             (
                 "expired_entries",
                 "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
-                f" FROM entries e WHERE e.expires_us <= $1 AND {_UNPINNED}"
-                " LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                " FROM entries e WHERE e.expires_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 (horizons.now_us, batch_size),
             ),
             (
@@ -736,14 +766,14 @@ class PostgresqlStorage:
             ),
             (
                 "expired_runs",
-                "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
-                " WHERE snapshot_seq IS NOT NULL AND touched_us <= $1"
+                "UPDATE runs SET snapshot_seq = NULL WHERE (tenant, run_id) IN (SELECT tenant,"
+                " run_id FROM runs WHERE snapshot_seq IS NOT NULL AND touched_us <= $1"
                 " LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 (horizons.run_cutoff_us, batch_size),
             ),
             (
                 "purged_runs",
-                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
+                "DELETE FROM runs WHERE (tenant, run_id) IN (SELECT tenant, run_id FROM runs"
                 " WHERE snapshot_seq IS NULL AND touched_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 (horizons.marker_cutoff_us, batch_size),
             ),
@@ -948,7 +978,8 @@ class PostgresqlStorage:
 
     async def gauges(self) -> StorageGauges:
         async def read(conn: Conn) -> Any:
-            # reltuples is the planner's estimate (-1 before the table's first ANALYZE).
+            # reltuples is the planner's estimate of the rows (-1 before the table's first
+            # ANALYZE): an exact count would scan the table at every scrape.
             return await conn.fetchrow(
                 "SELECT pg_database_size(current_database()) AS size,"
                 " (SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass) AS entries,"

@@ -29,6 +29,16 @@ Version 3 adds ``entries.embedding`` (``bytea``): the entry's vector (see
 embedding model is installed, else NULL (older entries stay NULL and rank by keywords
 only). It is part of the entry's row: whatever deletes the row deletes it. No extension
 is needed: the similarity is computed by the sidecar.
+
+Version 4 names a run by its tenant and its id together (the primary key of ``runs``), so
+the same run id begun under two tenants is two runs: an id one tenant took first can
+neither block another tenant's run nor tell it that the id is in use. ``runs_by_id`` serves
+the lookups by id alone.
+
+Version 5 drops the foreign key from ``idempotency`` to ``entries``: the sweeper deletes an
+expired entry's row even while a key still names it, and the key (a digest, no content)
+stays until replay retention ends, so that a put repeated with it is refused, not stored
+again. (The constraint has PostgreSQL's default name, ``<table>_<columns>_fkey``.)
 """
 
 from __future__ import annotations
@@ -152,6 +162,18 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (3, ["ALTER TABLE entries ADD COLUMN embedding bytea"]),
+    (
+        4,
+        [
+            "ALTER TABLE runs DROP CONSTRAINT runs_pkey",
+            "ALTER TABLE runs ADD PRIMARY KEY (tenant, run_id)",
+            "CREATE INDEX runs_by_id ON runs (run_id)",
+        ],
+    ),
+    (
+        5,
+        ["ALTER TABLE idempotency DROP CONSTRAINT IF EXISTS idempotency_scope_pk_entry_seq_fkey"],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -58,6 +58,7 @@ from .base import (
     PutRequest,
     PutResult,
     RunInfo,
+    RunKey,
     RunRecord,
     Scope,
     ScopeInfo,
@@ -68,6 +69,7 @@ from .base import (
     StoredEntry,
     SweepCounts,
     classify_run,
+    replayed,
 )
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors, translated
@@ -109,8 +111,18 @@ _SCORES = (
 )
 # Merges every segment of the full-text index into one, dropping deleted rows' terms.
 _FTS_OPTIMIZE = "INSERT INTO entries_fts (entries_fts) VALUES ('optimize')"
-# Idempotency keys pin their entry (the second put returns it even after delete or expiry).
+# Idempotency keys pin a deleted entry (the second put returns it even after the delete);
+# they pin no expired one, which the sweep erases whatever names it.
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
+# The live entries and the scopes, exactly. Every row is counted off the narrowest index
+# (about 7 ms for a million entries), then the tombstones and the expired rows the sweep
+# has not erased yet are taken off through their partial indexes, which hold few rows.
+_COUNTS_SQL = (
+    "SELECT (SELECT count(*) FROM entries)"
+    " - (SELECT count(*) FROM entries WHERE deleted_seq IS NOT NULL)"
+    " - (SELECT count(*) FROM entries WHERE expires_us <= ?1 AND deleted_seq IS NULL),"
+    " (SELECT count(*) FROM scopes)"
+)
 # Below this much free space on the database's file system, health reports ``disk_full``:
 # one WAL cycle between checkpoints (WAL_CHECKPOINT_BYTES) needs about this much.
 _LOW_DISK_BYTES = 16 << 20
@@ -164,6 +176,56 @@ def _where_sql(where: ListFilter | None, params: dict[str, Any]) -> str:
     return sql
 
 
+def _keyword_query(
+    scope: Scope,
+    snapshot: Snapshot,
+    now_us: int,
+    terms: Sequence[str],
+    limit: int,
+    tag: str | None,
+    max_tokens: int | None,
+    where: ListFilter | None,
+) -> tuple[str, dict[str, Any]]:
+    """The statement of a keyword search (see :meth:`Storage.search`) and its parameters;
+    each row is an entry's ``seq`` and its columns, best first. ``terms`` is not empty."""
+    params: dict[str, Any] = {
+        "tenant": scope.tenant,
+        "key": scope.key,
+        "snap": cast(int, snapshot),
+        "now": now_us,
+        "limit": limit,
+        "tag": tag,
+        "max_tokens": max_tokens,
+    }
+    # One index lookup per term, each as a quoted FTS5 string (a term is letters, digits
+    # and underscores only, so no query syntax reaches FTS5), ANDed with the scope's
+    # column: FTS5 then reads the scope's doclist and only seeks into the term's, so
+    # another tenant's use of the word costs this search nothing. A scope not stored yet
+    # matches scope_pk 0, which no scope has.
+    matches = []
+    for number, term in enumerate(terms):
+        params[f"t{number}"] = f'"{term}"'
+        matches.append(
+            f"SELECT rowid, {number} FROM entries_fts WHERE entries_fts MATCH"
+            " ('scope_pk : ' || (SELECT coalesce(max(scope_pk), 0) FROM scopes"
+            f" WHERE tenant = :tenant AND key = :key) || ' AND content : ' || :t{number})"
+        )
+    sql = (
+        f"WITH m (seq, term) AS ({' UNION ALL '.join(matches)}),"
+        # CROSS JOIN keeps the matches as the outer loop: otherwise the planner may read
+        # the whole scope and look each entry up among the matches.
+        " v (seq, term) AS (SELECT m.seq, m.term FROM m CROSS JOIN entries e ON e.seq = m.seq"
+        f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
+        " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
+        f" AND t.seq = e.seq)){_where_sql(where, params)}),"
+        f" {_SCORES}"
+        f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+        " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
+        " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
+    )
+    return sql, params
+
+
 def _row(r: Any) -> EntryRow:
     """An entry from a row of :data:`_ENTRY_COLUMNS`."""
     entry_id, content, tags_json, created_us, expires_us, tokens = r
@@ -214,6 +276,8 @@ class SqliteStorage:
         self.stuck_after = busy_timeout_ms / 1000 + 10 if stuck_after is None else stuck_after
         self._schema_version = 0
         self._vectors_cache: VectorCache | None = None
+        # Set while frames of expired rows the sweep deleted may still be in the WAL.
+        self._wal_holds_expired = False
 
     @property
     def _vectors(self) -> VectorCache:
@@ -250,7 +314,8 @@ class SqliteStorage:
             path=os.path.abspath(self.path),  # noqa: ASYNC240 - no I/O: a string operation
             created=created,
             schema_version=LATEST_VERSION,
-            entries_estimate=gauges.entries_estimate,
+            entries=gauges.entries,
+            scopes=gauges.scopes,
         )
 
     def _create_private(self) -> bool:
@@ -469,19 +534,21 @@ class SqliteStorage:
     ) -> BeginResult:
         def op(txn: Txn) -> BeginResult:
             rows = txn.conn.execute(
-                "SELECT tenant, snapshot_seq, snapshot_us, touched_us FROM runs WHERE run_id = ?",
-                (run_id,),
+                "SELECT snapshot_seq, snapshot_us, touched_us FROM runs"
+                " WHERE tenant = ? AND run_id = ?",
+                (tenant, run_id),
             ).fetchall()
             found = None
             if rows:
-                owner, snapshot_seq, snapshot_us, touched_us = rows[0]
-                found = FoundRun(owner, snapshot_seq is not None, touched_us)
+                snapshot_seq, snapshot_us, touched_us = rows[0]
+                found = FoundRun(snapshot_seq is not None, touched_us)
             outcome = classify_run(
                 found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
             )
             if outcome is BeginOutcome.RESUMED:  # so a row was found, and unpacked above
                 txn.conn.execute(
-                    "UPDATE runs SET touched_us = ? WHERE run_id = ?", (now_us, run_id)
+                    "UPDATE runs SET touched_us = ? WHERE tenant = ? AND run_id = ?",
+                    (now_us, tenant, run_id),
                 )
                 snapshot = Snapshot(snapshot_seq)
                 return BeginResult(outcome, RunRecord(run_id, tenant, snapshot, snapshot_us))
@@ -492,7 +559,7 @@ class SqliteStorage:
             snap_us = txn.last_us
             txn.conn.execute(
                 "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, run_id) DO UPDATE SET"
                 " snapshot_seq = excluded.snapshot_seq, snapshot_us = excluded.snapshot_us,"
                 " touched_us = excluded.touched_us",
                 (run_id, tenant, txn.seq, snap_us, now_us),
@@ -504,14 +571,15 @@ class SqliteStorage:
         result: BeginResult = await self._writer.write(op, quick=True)
         return result
 
-    async def touch_runs(self, *, run_ids: list[str], now_us: int) -> None:
-        if not run_ids:
+    async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
+        if not runs:
             return
 
         def op(txn: Txn) -> None:
             txn.conn.executemany(
-                "UPDATE runs SET touched_us = ? WHERE run_id = ? AND snapshot_seq IS NOT NULL",
-                [(now_us, r) for r in run_ids],
+                "UPDATE runs SET touched_us = ? WHERE tenant = ? AND run_id = ?"
+                " AND snapshot_seq IS NOT NULL",
+                [(now_us, tenant, run_id) for tenant, run_id in runs],
             )
 
         await self._writer.write(op)
@@ -528,7 +596,7 @@ class SqliteStorage:
                     digest, row = earlier
                     if digest != request.digest:
                         return KEY_CONFLICT
-                    return PutResult(PutOutcome.REPLAYED, row)
+                    return replayed(row, now_us)
             seq, created_us = txn.stamp()
             row = EntryRow(
                 id=new_entry_id(created_us),
@@ -559,7 +627,11 @@ class SqliteStorage:
         result: PutResult = await self._writer.write(op, quick=True)
         return result
 
-    def _keyed_entry(self, txn: Txn, scope_pk: int, key: str) -> tuple[bytes, EntryRow] | None:
+    def _keyed_entry(
+        self, txn: Txn, scope_pk: int, key: str
+    ) -> tuple[bytes, EntryRow | None] | None:
+        """The digest kept for ``key`` and its entry (``None`` once the sweep erased it), or
+        ``None`` when the key is not kept."""
         # Keys written earlier in this same (uncommitted) batch are still in txn.keys.
         for kept in txn.keys:
             if kept.scope_pk == scope_pk and kept.key == key:
@@ -568,13 +640,14 @@ class SqliteStorage:
                 row = EntryRow(e.id, e.content, tags, e.created_us, e.expires_us, e.tokens)
                 return kept.digest, row
         rows = txn.conn.execute(
-            f"SELECT i.digest, {_ENTRY_COLUMNS} FROM idempotency i"
-            " JOIN entries e ON e.seq = i.entry_seq WHERE i.scope_pk = ? AND i.key = ?",
+            f"SELECT i.digest, e.seq, {_ENTRY_COLUMNS} FROM idempotency i"
+            " LEFT JOIN entries e ON e.seq = i.entry_seq WHERE i.scope_pk = ? AND i.key = ?",
             (scope_pk, key),
         ).fetchall()
         if not rows:
             return None
-        return bytes(rows[0][0]), _row(rows[0][1:])
+        digest, seq = bytes(rows[0][0]), rows[0][1]
+        return digest, None if seq is None else _row(rows[0][2:])
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         def op(txn: Txn) -> bool:
@@ -604,16 +677,15 @@ class SqliteStorage:
             raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
         return self._readers[next(self._next_reader)]
 
-    async def find_run(self, *, run_id: str, retention_cutoff_us: int) -> RunRecord | None:
+    async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
         rows = await self._point_read(
             "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
-            " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ?",
+            " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ? ORDER BY tenant",
             (run_id, retention_cutoff_us),
         )
-        if not rows:
-            return None
-        tenant, snap, snap_us = rows[0]
-        return RunRecord(run_id, tenant, Snapshot(snap), snap_us)
+        return [
+            RunRecord(run_id, tenant, Snapshot(snap), snap_us) for tenant, snap, snap_us in rows
+        ]
 
     async def search(
         self,
@@ -666,36 +738,7 @@ class SqliteStorage:
         """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
         if not terms:
             return []
-        params: dict[str, Any] = {
-            "tenant": scope.tenant,
-            "key": scope.key,
-            "snap": cast(int, snapshot),
-            "now": now_us,
-            "limit": limit,
-            "tag": tag,
-            "max_tokens": max_tokens,
-        }
-        # One index lookup per term, each as a quoted FTS5 string (a term is letters,
-        # digits and underscores only, so no query syntax reaches FTS5).
-        matches = []
-        for number, term in enumerate(terms):
-            params[f"t{number}"] = f'"{term}"'
-            matches.append(
-                f"SELECT rowid, {number} FROM entries_fts WHERE entries_fts MATCH :t{number}"
-            )
-        sql = (
-            f"WITH m (seq, term) AS ({' UNION ALL '.join(matches)}),"
-            # CROSS JOIN keeps the matches as the outer loop: otherwise the planner may
-            # read the whole scope and look each entry up among the matches.
-            " v (seq, term) AS (SELECT m.seq, m.term FROM m CROSS JOIN entries e ON e.seq = m.seq"
-            f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR EXISTS"
-            " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
-            f" AND t.seq = e.seq)){_where_sql(where, params)}),"
-            f" {_SCORES}"
-            f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
-            " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
-            " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
-        )
+        sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
         return [(r[0], _row(r[1:])) for r in rows]
@@ -810,7 +853,7 @@ class SqliteStorage:
             (
                 "expired_entries",
                 "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE expires_us <= ?"
-                f" AND {_UNPINNED} LIMIT ?)",
+                " LIMIT ?)",
                 (horizons.now_us, batch_size),
             ),
             (
@@ -821,13 +864,13 @@ class SqliteStorage:
             ),
             (
                 "expired_runs",
-                "UPDATE runs SET snapshot_seq = NULL WHERE run_id IN (SELECT run_id FROM runs"
+                "UPDATE runs SET snapshot_seq = NULL WHERE rowid IN (SELECT rowid FROM runs"
                 " WHERE snapshot_seq IS NOT NULL AND touched_us <= ? LIMIT ?)",
                 (horizons.run_cutoff_us, batch_size),
             ),
             (
                 "purged_runs",
-                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs"
+                "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs"
                 " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
                 (horizons.marker_cutoff_us, batch_size),
             ),
@@ -851,9 +894,30 @@ class SqliteStorage:
                 if removed < batch_size:
                     break
                 await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
-        with contextlib.suppress(MemoryServiceError):
-            await self._writer.checkpoint("PASSIVE")
+        if counts.expired_entries:
+            await self._erase_expired(counts)
+        elif self._wal_holds_expired:
+            self._wal_holds_expired = not await self._empty_wal()
+        else:
+            with contextlib.suppress(MemoryServiceError):
+                await self._writer.checkpoint("PASSIVE")
         return counts
+
+    async def _erase_expired(self, counts: SweepCounts) -> None:
+        """After a sweep deleted expired rows (``secure_delete`` zeroes them in their pages):
+        merge the full-text index, whose old segments still hold their terms, then empty
+        the WAL, whose older frames still hold the rows. A WAL a reader holds is emptied at
+        a later sweep; a failed merge is a failed step in ``counts``."""
+        try:
+            await self._writer.write(_statement(_FTS_OPTIMIZE, ()))
+        except MemoryServiceError as exc:
+            counts.errors.append(f"erase_expired: {exc.details.get('reason', exc.code)}")
+        self._wal_holds_expired = not await self._empty_wal()
+
+    async def _empty_wal(self) -> bool:
+        with contextlib.suppress(MemoryServiceError):
+            return await self._writer.empty_wal()
+        return False
 
     async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
         def op(txn: Txn) -> int:
@@ -1077,18 +1141,13 @@ class SqliteStorage:
             except OSError:
                 sizes.append(None)
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
-                # Upper bounds from the rowid order alone: no scan.
-                "SELECT (SELECT max(seq) - min(seq) + 1 FROM entries),"
-                " (SELECT max(scope_pk) FROM scopes)",
-            )
+            rows = await _fetch(self._reader(), _COUNTS_SQL, (wall_clock_us(),))
         entries, scopes = rows[0]
         return StorageGauges(
             database_bytes=sizes[0],
             wal_bytes=sizes[1],
-            entries_estimate=entries or 0,
-            scopes_estimate=scopes or 0,
+            entries=entries,
+            scopes=scopes,
             commits=self._writer.commits,
             committed_writes=self._writer.committed_ops,
             batch_sizes=tuple(zip((*BATCH_BUCKETS, None), self._writer.batch_sizes, strict=True)),

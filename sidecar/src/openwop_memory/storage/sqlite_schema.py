@@ -19,6 +19,24 @@ computed from the redacted content at its put when the embedding model is instal
 NULL (entries written before stay NULL and rank by keywords only). It lives in the entry's
 row, so a delete, sweep or purge of the row removes it, overwritten as ``secure_delete``
 overwrites the rest of the row.
+
+Version 4 makes the full-text index scope-aware: ``entries_fts`` indexes the entry's
+``scope_pk`` as a column beside its content, and a search matches ``scope_pk : N AND
+content : "term"``. FTS5 walks the scope's own doclist and seeks into the term's at those
+rows only, so a search costs what its scope holds, not what every tenant's memory holds
+(before, a word common in another tenant's memory made an empty scope's search read that
+tenant's whole doclist: a CPU amplifier and a word-frequency oracle across tenants). The
+relevance statistics were already the scope's (see ``_SCORES`` in ``sqlite.py``).
+
+Version 5 names a run by its tenant and its id together (the primary key of ``runs``), so
+the same run id begun under two tenants is two runs: an id one tenant took first can
+neither block another tenant's run nor tell it that the id is in use. Existing rows keep
+their tenant; ``runs_by_id`` serves the lookups by id alone.
+
+Version 6 takes the foreign key off ``idempotency.entry_seq``: the sweeper erases an expired
+entry's row even while a key still names it, and the key (a digest, no content) stays
+until replay retention ends, so that a put repeated with it is refused, not stored again.
+SQLite cannot drop a constraint, so the table is rebuilt.
 """
 
 from __future__ import annotations
@@ -123,6 +141,67 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (3, ["ALTER TABLE entries ADD COLUMN embedding BLOB"]),
+    (
+        4,
+        [
+            "DROP TRIGGER entries_fts_insert",
+            "DROP TRIGGER entries_fts_delete",
+            "DROP TABLE entries_fts",
+            # scope_pk is read from the content table like content: the integer as one token.
+            """CREATE VIRTUAL TABLE entries_fts USING fts5 (
+                scope_pk, content, content = 'entries', content_rowid = 'seq',
+                tokenize = 'porter unicode61 remove_diacritics 2'
+            )""",
+            """CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries BEGIN
+                INSERT INTO entries_fts (rowid, scope_pk, content)
+                VALUES (new.seq, new.scope_pk, new.content);
+            END""",
+            """CREATE TRIGGER entries_fts_delete AFTER DELETE ON entries BEGIN
+                INSERT INTO entries_fts (entries_fts, rowid, scope_pk, content)
+                VALUES ('delete', old.seq, old.scope_pk, old.content);
+            END""",
+            "INSERT INTO entries_fts (entries_fts) VALUES ('rebuild')",
+        ],
+    ),
+    (
+        5,
+        [
+            """CREATE TABLE runs_by_tenant (
+                tenant TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                snapshot_seq INTEGER,
+                snapshot_us INTEGER NOT NULL,
+                touched_us INTEGER NOT NULL,
+                PRIMARY KEY (tenant, run_id)
+            )""",
+            "INSERT INTO runs_by_tenant (tenant, run_id, snapshot_seq, snapshot_us, touched_us)"
+            " SELECT tenant, run_id, snapshot_seq, snapshot_us, touched_us FROM runs",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_by_tenant RENAME TO runs",
+            "CREATE INDEX runs_by_id ON runs (run_id)",
+            "CREATE INDEX runs_by_touch ON runs (touched_us)",
+            "CREATE INDEX runs_by_snapshot ON runs (snapshot_seq) WHERE snapshot_seq IS NOT NULL",
+        ],
+    ),
+    (
+        6,
+        [
+            """CREATE TABLE idempotency_v4 (
+                scope_pk INTEGER NOT NULL,
+                key TEXT NOT NULL,
+                digest BLOB NOT NULL,
+                entry_seq INTEGER NOT NULL,
+                created_us INTEGER NOT NULL,
+                PRIMARY KEY (scope_pk, key)
+            )""",
+            "INSERT INTO idempotency_v4 SELECT scope_pk, key, digest, entry_seq, created_us"
+            " FROM idempotency",
+            "DROP TABLE idempotency",
+            "ALTER TABLE idempotency_v4 RENAME TO idempotency",
+            "CREATE INDEX idempotency_by_entry ON idempotency (entry_seq)",
+            "CREATE INDEX idempotency_by_age ON idempotency (created_us)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -625,6 +625,24 @@ class GroupCommit:
         finally:
             self._checkpointing -= 1
 
+    async def empty_wal(self) -> bool:
+        """Checkpoint as the WAL's growth does (PASSIVE, then TRUNCATE waiting at most a few
+        tens of ms for readers), on the checkpoint thread; whether the WAL file is empty
+        now, so that no frame older than the checkpoint is left in it.
+
+        :raises MemoryServiceError: the checkpoint failed.
+        """
+        if self._conn is None:
+            return False
+        self._checkpointing += 1
+        emptied = False
+        try:
+            with anyio.CancelScope(shield=True), translate_errors():
+                emptied = await self._checkpoints.run(self._checkpoint_wal)
+        finally:
+            self._checkpointing -= 1
+        return emptied
+
 
 def _run_to_completion(conn: sqlite3.Connection, sql: str) -> list[Any]:
     """Run ``sql`` to completion on this thread.

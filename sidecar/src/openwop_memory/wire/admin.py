@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from openwop_memory_client.wire import Name, RunId
+from openwop_memory_client.wire import CONTROL_FREE, Name, RunId
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from .dispatch import Handler
@@ -43,7 +43,7 @@ class ScopesParams(_AdminParams):
 
 
 class EntryParams(_AdminParams):
-    id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    id: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=CONTROL_FREE)]
 
 
 class BackupParams(_AdminParams):

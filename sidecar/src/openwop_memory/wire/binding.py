@@ -5,8 +5,9 @@ process (``SO_PEERCRED``: its effective user and group ids when it connected) de
 tenants it may use; the rules name ``uid:N`` or ``gid:N`` (the process's effective group,
 not its supplementary groups, which ``SO_PEERCRED`` does not carry), and ``*`` allows
 every tenant. A peer matching no rule may use no tenant at all. The check covers every
-method that names a tenant (``memory.issueRef``, ``run.begin``) or a run (the run's tenant,
-whichever peer began it).
+method that names a tenant (``memory.issueRef``, ``run.begin``); a method that names a run
+by its id means a run of one of the peer's tenants only (runs are named by tenant and id,
+and another tenant's run of the same id is answered as absent).
 """
 
 from __future__ import annotations

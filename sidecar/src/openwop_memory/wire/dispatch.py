@@ -47,10 +47,10 @@ from openwop_memory_client.wire import (
 )
 
 from ..domain import NOT_NOW, NotNow
-from ..service.memory import MemoryService
+from ..service.memory import BOUND_TENANTS, MemoryService
 from ..service.metrics import CONTENT_TYPE
 from .access_log import MAX_LOGGED_ID_CHARS, AccessLog
-from .binding import permits
+from .binding import ANY_TENANT, permits
 from .jsonrpc_parts import (
     NOID,
     JsonRpcError,
@@ -77,12 +77,17 @@ class Pacer(Protocol):
     @property
     def unbounded(self) -> asyncio.Lock: ...
 
-    def fits(self) -> bool: ...
+    def fits(self, reserve: int = 0) -> bool: ...
 
-    async def ready(self) -> None: ...
+    async def ready(self, reserve: int = 0) -> None: ...
+
+    def room(self) -> int: ...
 
 
 _MAX_BATCH = 256
+# What a batch member refused for the connection's unread answers is told to wait: about
+# the time a reading client takes to read them.
+_BATCH_RETRY_AFTER_MS = 100
 _REQUEST_MEMBERS = frozenset({"jsonrpc", "method", "params", "id"})
 
 _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
@@ -183,6 +188,7 @@ class Dispatcher:
         *,
         max_inflight: int = 4096,
         max_request_bytes: int = 1 << 20,
+        answer_bytes: int = 2 << 20,
         access_log: AccessLog | None = None,
         methods: MethodTable = _METHODS,
         at_once: Mapping[str, Handler] = _AT_ONCE,
@@ -190,6 +196,9 @@ class Dispatcher:
     ) -> None:
         self.service = service
         self.max_request_bytes = max_request_bytes
+        # The most one list answer holds (the service stops there): an answer of unbounded
+        # size starts only once the connection's unread answers leave room for that much.
+        self.answer_bytes = answer_bytes
         self.max_inflight = max_inflight
         self.inflight = 0
         self.access_log = access_log if access_log is not None else AccessLog()
@@ -210,8 +219,9 @@ class Dispatcher:
         async def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
             try:
                 validated = validate(params)
+                _bind_tenants(ctx)
                 if ctx is not None:
-                    await self._check_binding(ctx, validated)
+                    _check_tenant(ctx, validated)
                 result = handler(target, validated)
                 # Every async handler is a coroutine function; the rest answer at once.
                 if type(result) is CoroutineType:
@@ -231,8 +241,9 @@ class Dispatcher:
         def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
             try:
                 validated = validate(params)
-                if ctx is not None and not self._binding_allows_at_once(ctx, validated):
-                    return Success(NOT_NOW)
+                _bind_tenants(ctx)
+                if ctx is not None:
+                    _check_tenant(ctx, validated)
                 return Success(handler(target, validated))
             except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
                 raise _rpc_error(exc) from None
@@ -246,7 +257,8 @@ class Dispatcher:
 
         With a ``pacer``, the request waits for its turn before it runs (a malformed line is
         answered at once: its answer is small). With ``tenants`` (tenant binding is on),
-        a method naming a tenant, or a run of a tenant, not among them is ``forbidden``.
+        a method naming a tenant not among them is ``forbidden``, and a method naming a run
+        means only a run of one of them (another tenant's is answered as absent).
 
         :raises ConnectionResetError: the pacer's client left while the request waited.
         """
@@ -305,17 +317,17 @@ class Dispatcher:
                 error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
                 return _line(self._refuse(error, started))
             if pacer is None:
-                return await self._batch(request, started, tenants)
+                return await self._batch(request, started, tenants, None)
             async with pacer.unbounded:
-                if not pacer.fits():
-                    await pacer.ready()
-                return await self._batch(request, started, tenants)
+                if not pacer.fits(self.answer_bytes):
+                    await pacer.ready(self.answer_bytes)
+                return await self._batch(request, started, tenants, pacer.room())
         if pacer is None:
             answer = await self._dispatch_one(request, started, tenants)
-        elif isinstance(request, dict) and request.get("method") in _UNBOUNDED_ANSWERS:
+        elif _unbounded(request):
             async with pacer.unbounded:
-                if not pacer.fits():
-                    await pacer.ready()
+                if not pacer.fits(self.answer_bytes):
+                    await pacer.ready(self.answer_bytes)
                 answer = await self._dispatch_one(request, started, tenants)
         else:
             if not pacer.fits():
@@ -324,14 +336,46 @@ class Dispatcher:
         return None if answer is None else _line(answer)
 
     async def _batch(
-        self, requests: list[Any], started: float, tenants: frozenset[str] | None
+        self,
+        requests: list[Any],
+        started: float,
+        tenants: frozenset[str] | None,
+        room: int | None,
     ) -> bytes | None:
-        answers = [
-            a
-            for a in [await self._dispatch_one(r, started, tenants) for r in requests]
-            if a is not None
-        ]
-        return _line(answers) if answers else None
+        """The batch's answer line: its members run in order, each answer encoded as it
+        is made. With ``room`` (what the connection's unread answers leave of their
+        budget), the answers count against it: once a member could take them past it (a
+        list by up to ``answer_bytes``, another by its one entry), that member and every
+        later one are refused with ``rate_limited`` instead of run."""
+        parts: list[bytes] = []
+        spent = 0
+        refusing = False
+        for request in requests:
+            if not refusing and room is not None:
+                reserve = self.answer_bytes if _unbounded(request) else 0
+                refusing = spent + reserve > room
+            if refusing and _well_formed(request):  # a malformed one is refused as usual
+                answer = self._refuse_in_batch(request, started)
+            else:
+                answer = await self._dispatch_one(request, started, tenants)
+            if answer is not None:
+                encoded = orjson.dumps(answer)
+                spent += len(encoded) + 1
+                parts.append(encoded)
+        if not parts:
+            return None
+        return b"[" + b",".join(parts) + b"]\n"
+
+    def _refuse_in_batch(self, request: Any, started: float) -> dict[str, Any] | None:
+        """A well-formed batch member refused for the connection's unread answers
+        (``None`` for a notification, which gets no answer)."""
+        error = RateLimitedError(
+            "the batch's answers would exceed the connection's unread-answer budget",
+            {"retryAfterMs": _BATCH_RETRY_AFTER_MS},
+        )
+        name = request["method"] if request["method"] in self._methods else "-"
+        answer = self._refuse(error, started, request.get("id"), name)
+        return answer if "id" in request else None
 
     def oversized(self) -> bytes:
         """The answer to a request line longer than ``max_request_bytes`` (counted, logged)."""
@@ -341,44 +385,11 @@ class Dispatcher:
         )
         return _line(self._refuse(error, time.perf_counter()))
 
-    async def _check_binding(self, tenants: frozenset[str], params: pydantic.BaseModel) -> None:
-        """Tenant binding: the tenant a request names, and the tenant of the run it names,
-        must be among ``tenants``. A run that does not exist is left to the method.
-
-        :raises ForbiddenError: one of them is not.
-        """
-        _check_tenant(tenants, params)
-        run_id = getattr(params, "runId", None)
-        if isinstance(run_id, str):
-            _check_run_tenant(tenants, await self._tenant_of_run(run_id))
-
-    def _binding_allows_at_once(self, tenants: frozenset[str], params: pydantic.BaseModel) -> bool:
-        """:meth:`_check_binding` without waiting: ``False`` when it cannot tell yet (the
-        run is not open here).
-
-        :raises ForbiddenError: as :meth:`_check_binding`.
-        """
-        _check_tenant(tenants, params)
-        run_id = getattr(params, "runId", None)
-        if isinstance(run_id, str):
-            run_tenant = self.service.open_run_tenant(run_id)
-            if run_tenant is None:
-                return False
-            _check_run_tenant(tenants, run_tenant)
-        return True
-
-    def _tenant_of_run(self, run_id: str) -> Awaitable[str | None]:
-        # The service's coroutine itself, not one more wrapped around it.
-        return self.service.tenant_of_run(run_id)
-
     @staticmethod
     def at_capacity(retry_after_ms: int) -> bytes:
         """The one line a connection beyond ``max_connections`` gets before it is closed:
         ``rate_limited`` with ``id: null`` (no request of it was read)."""
-        error = RateLimitedError(
-            "the sidecar is at its connection limit", {"retryAfterMs": retry_after_ms}
-        )
-        return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
+        return refusal_line("the sidecar is at its connection limit", retry_after_ms)
 
     def _refuse(
         self, err: MemoryServiceError, started: float, request_id: Any = None, method: str = "-"
@@ -481,15 +492,28 @@ class Dispatcher:
         return {"jsonrpc": "2.0", "result": ok.result, "id": ok.id}
 
 
+def refusal_line(message: str, retry_after_ms: int) -> bytes:
+    """A ``rate_limited`` answer line with ``id: null``: what a connection refused as a
+    whole gets before it is closed."""
+    error = RateLimitedError(message, {"retryAfterMs": retry_after_ms})
+    return _line({"jsonrpc": "2.0", "error": _error_object(error), "id": None})
+
+
+def _unbounded(request: Any) -> bool:
+    """Whether the request's answer has no size bound but ``answer_bytes`` (a list)."""
+    return isinstance(request, dict) and request.get("method") in _UNBOUNDED_ANSWERS
+
+
 def _check_tenant(tenants: frozenset[str], params: pydantic.BaseModel) -> None:
     tenant = getattr(params, "tenant", None)
     if isinstance(tenant, str) and not permits(tenants, tenant):
         raise ForbiddenError("this process may not use that tenant", {"resource": "tenant"})
 
 
-def _check_run_tenant(tenants: frozenset[str], run_tenant: str | None) -> None:
-    if run_tenant is not None and not permits(tenants, run_tenant):
-        raise ForbiddenError("this process may not use that run", {"resource": "run"})
+def _bind_tenants(tenants: frozenset[str] | None) -> None:
+    """Tell the service which tenants' runs the call may mean (tenant binding): a run of
+    another tenant is then answered as absent, neither refused nor revealed."""
+    BOUND_TENANTS.set(None if tenants is None or ANY_TENANT in tenants else tenants)
 
 
 def _invalid(rpc_code: int, message: str, field: str = "request", **extra: Any) -> ValidationError:

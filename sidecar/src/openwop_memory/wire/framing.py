@@ -12,7 +12,11 @@ waiting for its newline longer than ``partial_line_timeout`` closes the connecti
 an answer, and so does ``idle_timeout`` without a request in progress or a byte received
 (blank lines and whitespace do not count).
 Every line waits its turn at the shared :class:`~.fairness.FairGate`, so one connection's
-flood cannot crowd the others out of the event loop.
+flood cannot crowd the others out of the event loop. What all connections hold in their
+read buffers (unfinished lines) is bounded together (:class:`LineBuffers`): the connection
+whose line would pass ``max_partial_lines_bytes`` gets one ``rate_limited`` line and is
+closed. Answers made while the transport is backed up wait in an outbox and go to it in
+one write (see ``_COALESCE_ABOVE``); both buffers are freed when the connection closes.
 
 The connection is an asyncio protocol on the socket that anyio's listener accepted: lines
 are cut and started in ``data_received`` itself, and only a line that must wait (for its
@@ -35,13 +39,24 @@ from typing import Any, cast
 import structlog
 
 from ..service.stats import ConnectionStats
+from .dispatch import refusal_line
 from .fairness import FairGate, Share, line_cost
+from .memory_trim import BIG_ANSWER_BYTES, after_big_answer
 
 # A line's answer (None: it has none), or a coroutine that makes it (see Connection).
 LineHandler = Callable[[bytes, "AnswerPacer"], "bytes | Coroutine[Any, Any, bytes | None] | None"]
 OversizedHandler = Callable[[], bytes]
 
 log = structlog.get_logger("openwop_memory.connection")
+
+# While the transport holds at least this much unsent, answers wait in the connection's
+# outbox and go to the transport together: uvloop keeps a write request of a few KiB for
+# every write it cannot send at once, so 20,000 small answers to a client that does not
+# read cost 85 MiB that way, for 4 MiB of answers.
+_COALESCE_ABOVE = 16 << 10
+# How often an outbox is offered to a transport that is still full: from the next loop
+# turn, doubling up to this (a client that does not read costs a few wake-ups a second).
+_MAX_FLUSH_DELAY = 0.064
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,21 @@ class ConnectionLimits:
     partial_line_timeout: float = 30.0
     max_unsent_answer_bytes: int = 4 << 20
     max_pipelined: int = 128
+    # What all connections' read buffers (unfinished lines) may hold together.
+    max_partial_lines_bytes: int = 64 << 20
+
+
+class LineBuffers:
+    """The bytes every connection of the process holds in its read buffer: unfinished
+    request lines, and lines read behind one that waits. One count for the process, since
+    the memory is the process's; each :class:`Connection` adds and takes back its own."""
+
+    held = 0
+    refusing = False  # a refusal was logged and the count has not fallen below half since
+
+
+# A connection refused for the read buffers' total is told to come back after this.
+_LINE_BUFFERS_RETRY_AFTER_MS = 1000
 
 
 class AnswerPacer:
@@ -72,17 +102,23 @@ class AnswerPacer:
         # runs, so the next holder sees it counted as unread.
         self.unbounded = asyncio.Lock()
 
-    def fits(self) -> bool:
-        """Whether the unread answers fit the budget now (:meth:`ready` would not wait)."""
-        return self._connection.unsent_fits()
+    def fits(self, reserve: int = 0) -> bool:
+        """Whether the unread answers, and ``reserve`` bytes more, fit the budget now
+        (:meth:`ready` would not wait)."""
+        return self._connection.unsent_fits(reserve)
 
-    async def ready(self) -> None:
-        """Return once the unread answers fit the budget.
+    async def ready(self, reserve: int = 0) -> None:
+        """Return once the unread answers, and ``reserve`` bytes more, fit the budget
+        (``reserve`` at most half of it: the transport wakes us at half).
 
         :raises ConnectionResetError: the client left.
         """
-        if not self._connection.unsent_fits():
+        while not self._connection.unsent_fits(reserve):
             await self._connection.drain()
+
+    def room(self) -> int:
+        """What the unread answers leave of the budget, in bytes (0 when over it)."""
+        return self._connection.unsent_room()
 
 
 class Connection(asyncio.Protocol):
@@ -118,12 +154,15 @@ class Connection(asyncio.Protocol):
         self._unanswered = 0
         self._slot_free: asyncio.Future[None] | None = None
         self._buffer = bytearray()  # what is read and not yet taken: lines waiting, a part line
+        self._buffer_counted = 0  # its length as LineBuffers counts it
         self._discarding = False  # inside the tail of an oversized line
         self._waiting: asyncio.Task[None] | None = None  # a line waits in it; reading paused
         self._reading_ended = self._loop.create_future()
         self._closed = self._loop.create_future()  # the transport is gone
         self._stopped = False
-        self._write_paused = False
+        self._outbox = bytearray()  # answers made while the transport was full (see _send)
+        self._flush_delay = 0.0
+        self._flush_timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._last_activity = self._loop.time()
         self._line_started: float | None = None  # when the unfinished line's first byte came
@@ -173,28 +212,38 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
+        self._flush_outbox()
         transport.close()
         if not self._closed.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._closed), grace)
         transport.abort()
 
-    def unsent_fits(self) -> bool:
-        """Whether the answers the client has not read fit ``max_unsent_answer_bytes``."""
+    def unsent(self) -> int:
+        """The bytes of answers made and not yet read by the client (that the kernel has
+        not taken): the transport's buffer and the outbox."""
         transport = self._transport
-        return (
-            transport is None
-            or transport.get_write_buffer_size() <= self._limits.max_unsent_answer_bytes
-        )
+        if transport is None:
+            return 0
+        return transport.get_write_buffer_size() + len(self._outbox)
+
+    def unsent_fits(self, reserve: int = 0) -> bool:
+        """Whether the answers the client has not read, and ``reserve`` bytes more, fit
+        ``max_unsent_answer_bytes``."""
+        return self.unsent() + reserve <= self._limits.max_unsent_answer_bytes
+
+    def unsent_room(self) -> int:
+        """What the answers the client has not read leave of ``max_unsent_answer_bytes``."""
+        return max(0, self._limits.max_unsent_answer_bytes - self.unsent())
 
     async def drain(self) -> None:
-        """Return once the transport's unread answers are back under its low-water mark.
+        """Return once the unread answers are at most half the budget.
 
         :raises ConnectionResetError: the client left (before or while we waited).
         """
         if self._closed.done() or self._transport is None or self._transport.is_closing():
             raise ConnectionResetError("the client left")
-        if not self._write_paused:
+        if self.unsent() <= self._limits.max_unsent_answer_bytes // 2:
             return
         waiter = self._loop.create_future()
         self._drain_waiters.append(waiter)
@@ -205,8 +254,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have the methods without subclassing asyncio.Transport.
         self._transport = transport = cast(asyncio.Transport, transport)
-        budget = self._limits.max_unsent_answer_bytes
-        transport.set_write_buffer_limits(high=budget, low=budget // 2)
+        # One mark at half the budget: while writing is not paused the unread answers are
+        # at most half of it, so a wait for room for an answer of up to that much (see
+        # AnswerPacer.ready) always has a wake-up coming.
+        half = self._limits.max_unsent_answer_bytes // 2
+        transport.set_write_buffer_limits(high=half, low=half)
         if self._stopped:
             transport.pause_reading()
 
@@ -214,6 +266,8 @@ class Connection(asyncio.Protocol):
         if not self._closed.done():
             self._closed.set_result(None)
         self._wake_drains(ConnectionResetError("the client left"))
+        self._drop_outbox()
+        self._release_buffer()
         if self._waiting is not None:
             self._waiting.cancel()
         self._end_reading()
@@ -224,11 +278,11 @@ class Connection(asyncio.Protocol):
         return True
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        pass  # the unread answers are measured where they matter (unsent_fits)
 
     def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake_drains(None)
+        self._flush_outbox()
+        self._wake_drains_if_room()
 
     def data_received(self, data: bytes) -> None:
         if self._stopped:
@@ -246,6 +300,41 @@ class Connection(asyncio.Protocol):
                 self._take_lines(self._buffer, complete)
         else:  # the usual case: lines are cut from the chunk itself, a copy fewer
             self._take_lines(data, complete)
+        if len(self._buffer) != self._buffer_counted:
+            self._count_buffer()
+
+    def _count_buffer(self) -> None:
+        """Bring LineBuffers up to date with this connection's buffer; refuse the
+        connection (one ``rate_limited`` line, then closed) if its growth takes the total
+        past ``max_partial_lines_bytes``."""
+        size = len(self._buffer)
+        grown = size - self._buffer_counted
+        LineBuffers.held += grown
+        self._buffer_counted = size
+        if LineBuffers.held <= self._limits.max_partial_lines_bytes // 2:
+            LineBuffers.refusing = False
+        if grown <= 0 or LineBuffers.held <= self._limits.max_partial_lines_bytes:
+            return
+        if not LineBuffers.refusing:
+            LineBuffers.refusing = True  # one line per episode: a storm must not flood the log
+            log.warning(
+                "connection_refused",
+                reason="partial_lines",
+                max_partial_lines_bytes=self._limits.max_partial_lines_bytes,
+            )
+        self._release_buffer()
+        self._send(
+            refusal_line(
+                "the sidecar holds too many unfinished request lines",
+                _LINE_BUFFERS_RETRY_AFTER_MS,
+            )
+        )
+        self.stop_reading()
+
+    def _release_buffer(self) -> None:
+        LineBuffers.held -= self._buffer_counted
+        self._buffer_counted = 0
+        self._buffer = bytearray()  # a new object: the old one's memory goes back now
 
     # -- reading --------------------------------------------------------------------------
 
@@ -334,8 +423,14 @@ class Connection(asyncio.Protocol):
         if self._stopped or self._closed.done():
             return
         self._take_lines(self._buffer)
+        self._count_buffer()
         transport = self._transport
-        if self._waiting is None and transport is not None and not transport.is_closing():
+        if (
+            self._waiting is None
+            and not self._stopped
+            and transport is not None
+            and not transport.is_closing()
+        ):
             transport.resume_reading()
 
     async def _send_oversized_after(self, waiter: asyncio.Future[None]) -> None:
@@ -423,8 +518,46 @@ class Connection(asyncio.Protocol):
         # has nowhere to go and is dropped. What piles up unread is bounded by the reading
         # side (``_wait_for_unsent_to_fit``), not here: an answer, once made, is kept.
         transport = self._transport
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        if len(data) >= BIG_ANSWER_BYTES:
+            after_big_answer()
+        if not self._outbox and transport.get_write_buffer_size() < _COALESCE_ABOVE:
             transport.write(data)
+            return
+        self._outbox += data
+        if self._flush_timer is None:
+            self._flush_delay = 0.0
+            self._flush_timer = self._loop.call_soon(self._on_flush_timer)
+
+    def _on_flush_timer(self) -> None:
+        self._flush_timer = None
+        transport = self._transport
+        if not self._outbox or transport is None or transport.is_closing():
+            return
+        if transport.get_write_buffer_size() < _COALESCE_ABOVE:
+            self._flush_outbox()
+            self._wake_drains_if_room()
+            return
+        self._flush_delay = min(_MAX_FLUSH_DELAY, max(0.001, self._flush_delay * 2))
+        self._flush_timer = self._loop.call_later(self._flush_delay, self._on_flush_timer)
+
+    def _flush_outbox(self) -> None:
+        """Hand the outbox to the transport in one write."""
+        transport = self._transport
+        if self._outbox and transport is not None and not transport.is_closing():
+            outbox, self._outbox = self._outbox, bytearray()
+            transport.write(outbox)
+
+    def _drop_outbox(self) -> None:
+        self._outbox = bytearray()  # a new object: the old one's memory goes back now
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+    def _wake_drains_if_room(self) -> None:
+        if self.unsent() <= self._limits.max_unsent_answer_bytes // 2:
+            self._wake_drains(None)
 
     # -- timeouts: one timer per connection, moved only when a deadline comes earlier ----
 

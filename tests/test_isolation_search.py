@@ -1,0 +1,87 @@
+"""Issue 20, row 12: a SQLite keyword search costs what the caller's scope holds, not what
+every tenant holds.
+
+Before, the full-text lookup ran over every tenant's index and the scope was joined after:
+a word common in tenant B's memory made tenant A's search, from an empty scope, read all
+of B's matches (a CPU amplifier, and a word-frequency oracle across tenants). The proxy read
+here is the number of SQLite VM steps the search statement takes (each row the full-text
+index hands back costs several): deterministic, unlike a timing. The timings themselves are
+in ``make bench`` (``bench/search_cost.py``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from openwop_memory.retrieval import query_terms
+from openwop_memory.storage.base import EntryRow, Scope, StoredEntry
+from openwop_memory.storage.sqlite import SqliteStorage, _keyword_query
+from openwop_memory.timefmt import now_us
+from support.store import fresh_snapshot, put_request, stored
+
+pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
+
+A = Scope("tenant-a", "notes")
+B = Scope("tenant-b", "notes")
+B_ENTRIES = 3000
+
+
+def _vm_steps(path: Path, sql: str, params: dict[str, object]) -> tuple[int, int]:
+    """The rows ``sql`` returns and the VM steps it took, on a connection of its own."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    with sqlite3.connect(path) as conn:
+        conn.set_progress_handler(count, 1)
+        rows = conn.execute(sql, params).fetchall()
+    return len(rows), steps
+
+
+async def test_a_word_common_in_another_tenant_costs_an_empty_scope_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "memory.db"
+    store = SqliteStorage(str(path))
+    await store.open()
+    try:
+        start = now_us() - 10_000_000
+        await store.import_entries(
+            entries=[
+                StoredEntry(B, EntryRow(f"b-{i}", f"walrus note {i}", (), start + i, None, 0))
+                for i in range(B_ENTRIES)
+            ]
+        )
+        await stored(store, put_request(A, "a note of tenant a about penguins"))
+        snap_a = await fresh_snapshot(store, A.tenant)
+        snap_b = await fresh_snapshot(store, B.tenant)
+        now = now_us()
+
+        def query(scope: Scope, snap: object, words: str) -> tuple[str, dict[str, object]]:
+            return _keyword_query(scope, snap, now, query_terms(words), 100, None, None, None)  # type: ignore[arg-type]
+
+        common = _vm_steps(path, *query(A, snap_a, "walrus"))
+        absent = _vm_steps(path, *query(A, snap_a, "narwhal"))
+        # Tenant A sees none of B's 3,000 matches, and its search for B's common word
+        # takes about the steps of a search for a word nobody wrote (before: 10,000s more).
+        assert common[0] == absent[0] == 0
+        assert common[1] <= absent[1] + 200, (common, absent)
+        # A scope that was never written matches nothing and reads nothing either.
+        never = _vm_steps(path, *query(Scope("tenant-c", "notes"), snap_a, "walrus"))
+        assert never[0] == 0 and never[1] <= absent[1] + 200, (never, absent)
+        # The bystanders are served: B finds its own, A its own.
+        own_b = await store.search(
+            scope=B, snapshot=snap_b, now_us=now, terms=["walrus"], limit=5, tag=None
+        )
+        assert len(own_b) == 5
+        own_a = await store.search(
+            scope=A, snapshot=snap_a, now_us=now, terms=["penguin"], limit=5, tag=None
+        )
+        assert [r.content for r in own_a] == ["a note of tenant a about penguins"]
+    finally:
+        await store.close()
