@@ -259,7 +259,9 @@ def test_one_user_holding_its_share_is_refused_and_others_and_the_operator_are_s
     sidecar = stack.enter_context(
         Sidecar(
             workdir,
+            # World-writable is refused without tenant binding: bind both users.
             "--socket-mode", "0666",
+            "--tenant-binding", f'{{"uid:0": ["*"], "uid:{NOBODY}": ["*"]}}',
             "--max-connections", "6",
             "--max-connections-per-uid", "3",
             "--admin-socket", str(admin),
