@@ -135,6 +135,20 @@ def _settled_rss_kib(sidecar: Sidecar, seconds: float = 1.0) -> int:
     return _rss_kib(sidecar)
 
 
+def _wait_until_rss_rests(sidecar: Sidecar, deadline: float = 30.0) -> None:
+    """Return once the sidecar's RSS has grown by less than 256 KiB in a second (or after
+    ``deadline`` seconds): a fixed sleep undercounts on a loaded machine, where the answers
+    of a few connections may still be in the making when the next phase starts."""
+    end = time.monotonic() + deadline
+    last = _rss_kib(sidecar)
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        now = _rss_kib(sidecar)
+        if now - last < 256:
+            return
+        last = now
+
+
 def test_pipelined_requests_never_read_are_bounded_and_given_back(
     workdir: Path, scratch: ExitStack
 ) -> None:
@@ -304,7 +318,7 @@ def test_a_connection_that_never_reads_costs_what_the_manifests_count(
     def peak_growth_mib(connections: int) -> float:
         before = _settled_rss_kib(sidecar, 0.5)
         socks = _open_hogs(sidecar, connections, lines)
-        time.sleep(2.0)  # whatever was going to pile up has piled up
+        _wait_until_rss_rests(sidecar)  # whatever was going to pile up has piled up
         peak = _rss_kib(sidecar, "VmHWM")
         with sidecar.client(timeout=5) as bystander:
             assert bystander.call("sidecar.health")["status"] == "ok"
