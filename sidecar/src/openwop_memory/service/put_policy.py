@@ -19,6 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
+import anyio
 import anyio.to_thread
 import orjson
 from openwop_memory_client import SecretLeakageError, ValidationError
@@ -63,6 +64,7 @@ class PutPolicy:
         self._refs = refs
         self._clock = clock
         self._stats = stats
+        self._limiter: anyio.CapacityLimiter | None = None
 
     def check_entry(self, entry: EntryInput) -> int | None:
         """Check the entry as received; return its expiry in µs (``None`` if it has none).
@@ -143,12 +145,24 @@ class PutPolicy:
 
     async def _redact(self, keyring: Keyring, entry: EntryInput) -> Redacted:
         """Redact ``entry``; a large one in a worker thread, so small requests are not held
-        up behind it (the README's redaction benchmark gives the cost by size)."""
+        up behind it (the README's redaction benchmark gives the cost by size).
+
+        One such thread at a time: redaction is Python holding the GIL, and the event loop
+        (which answers every other client) competes for it with every thread running. With
+        anyio's default of 40 threads, 64 large puts pipelined by one client left the loop
+        a 41st of the GIL and other clients' ``sidecar.health`` waited seconds; against one
+        thread the loop gets the GIL back at every switch interval. A large put waits its
+        turn instead, and redaction's bounded cost per byte bounds that wait.
+        """
         args = (keyring, entry.content, tuple(entry.tags))
         patterns = self.credential_patterns
         if len(entry.content) + sum(map(len, entry.tags)) <= _INLINE_REDACTION_CHARS:
             return redact_entry(*args, patterns=patterns)
-        return await anyio.to_thread.run_sync(partial(redact_entry, *args, patterns=patterns))
+        if self._limiter is None:  # made inside the event loop
+            self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(
+            partial(redact_entry, *args, patterns=patterns), limiter=self._limiter
+        )
 
     def _refused(self, redacted: Redacted) -> tuple[Finding, ...]:
         """The findings the policies refuse to store rather than rewrite (first field first)."""
