@@ -1,5 +1,6 @@
 """Issue 20, row 3: what an entry costs to redact is bounded per byte whatever it holds,
-and one client's costly puts do not starve another client.
+and one client's costly puts do not starve another client. Row 8: the largest keyring a
+run may register compiles small, and other clients are served meanwhile.
 
 Before: a 64 KiB entry of credential-pattern anchors (``"SK" * 32000``) cost 25 times a
 benign put's redaction; 64 such puts took 22 s, and another client's ``sidecar.health``
@@ -9,13 +10,19 @@ against the event loop).
 
 from __future__ import annotations
 
+import base64
 import json
+import random
+import string
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
+from openwop_memory.redaction import Keyring, estimate_bytes, redact_entry
 from openwop_memory.redaction.credential_patterns import credential_attempts, find_credentials
 from openwop_memory.redaction.decode import escape_views
+from openwop_memory_client.wire import MAX_SECRETS
 from support.sidecar import RawClient, Sidecar
 
 TENANT = "tenant-redaction-cost"
@@ -123,3 +130,92 @@ def test_escapes_apart_from_each_other_are_read_in_few_views() -> None:
     views = list(escape_views(text, 0, lambda s, e: True, lambda s, e: (0, 1 << 62)))
     assert 1 <= len(views) <= len(text) // 256 + 1
     assert all("A" in view.text for view in views)
+
+
+# -- row 8: a keyring of the most secrets and bytes a run may register ----------------------
+
+_ALNUM = string.ascii_letters + string.digits
+MAX_KEYRING_ESTIMATE = 8 << 20  # was 15.7 MiB for 256 values of 64 characters
+MAX_COMPILE_PEAK = 6 << 20  # Python heap at its peak while compiling; was 8.2 MiB
+
+
+def _max_keyring(seed: int) -> dict[str, str]:
+    """256 random values of 64 letters and digits: 16 KiB, the most a run may register."""
+    rng = random.Random(seed)
+    values = ("".join(rng.choice(_ALNUM) for _ in range(64)) for _ in range(MAX_SECRETS))
+    return {value: f"k{i}" for i, value in enumerate(values)}
+
+
+def test_a_maximal_keyring_compiles_small_and_still_finds_every_form() -> None:
+    """256 secrets of 64 characters: fragments were found by a 12-character window at every
+    offset (40,704 automaton keys, 16 MiB resident); now by 8-character keys one every five
+    characters (at most 256 x 3 x 12), each match grown to a 12-character fragment before
+    it counts. The estimate the budget charges (held to 0.6-1.5 times the resident memory
+    by tests/test_keyring_memory.py) stays under 8 MiB, the heap's peak under 6 MiB, and
+    every value is still found verbatim, encoded, reversed and by a 12-character piece."""
+    values = _max_keyring(20)
+    assert sum(len(v.encode()) for v in values) == 16 << 10
+    assert estimate_bytes(values) <= MAX_KEYRING_ESTIMATE
+    tracemalloc.start()
+    try:
+        keyring = Keyring.compile(values)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= MAX_COMPILE_PEAK, f"{peak / 2**20:.1f} MiB"
+    assert len(keyring._windows) <= MAX_SECRETS * 3 * 12
+    for value, secret_id in values.items():
+        forms = (
+            value,
+            base64.b64encode(value.encode()).decode(),
+            value.encode().hex(),
+            value[::-1],
+            value[30:42],
+        )
+        for form in forms:
+            content = redact_entry(keyring, f"note: {form} end", ()).content
+            # A fragment may take in a letter beside it that the value goes on with.
+            assert form not in content and f"[REDACTED:{secret_id}]" in content, form
+    # Eleven characters of a value are not a fragment.
+    for value in list(values)[:16]:
+        text = value[30:41]
+        assert redact_entry(keyring, text, ()).content == text
+
+
+def test_a_maximal_keyring_compile_leaves_other_connections_served(tmp_path: Path) -> None:
+    """One connection begins runs with the largest keyring a run may register and puts into
+    each (the put compiles it); another does gets meanwhile. Every get answers within 2 s,
+    and the budget charges each compiled keyring under 8 MiB (15.7 MiB before)."""
+    runs = 4
+    sidecar = Sidecar(tmp_path, "--log-level", "error")
+    with sidecar, sidecar.client(timeout=60) as owner, sidecar.client(timeout=30) as bystander:
+        ref = bystander.call("memory.issueRef", tenant=TENANT, agent="b")["memoryRef"]
+        bystander.call("run.begin", runId="reader", tenant=TENANT)
+        stored = bystander.call("memory.put", runId="reader", memoryRef=ref, entry={"content": "x"})
+        params = {"runId": "reader", "memoryRef": ref, "id": stored["id"]}
+        base = bystander.call("sidecar.stats")["keyringMemoryBytes"]
+        waits: list[float] = []
+        done = threading.Event()
+
+        def compile_runs() -> None:
+            try:
+                for n in range(runs):
+                    secrets = [{"id": i, "value": v} for v, i in _max_keyring(n).items()]
+                    owner.call("run.begin", runId=f"big{n}", tenant=TENANT, secrets=secrets)
+                    owner.call("memory.put", runId=f"big{n}", memoryRef=ref, entry={"content": "y"})
+            finally:
+                done.set()
+
+        compiler = threading.Thread(target=compile_runs)
+        compiler.start()
+        try:
+            while not done.is_set():
+                started = time.monotonic()
+                bystander.call("memory.get", **params)
+                waits.append(time.monotonic() - started)
+        finally:
+            compiler.join()
+        held = bystander.call("sidecar.stats")["keyringMemoryBytes"] - base
+    assert len(waits) >= runs
+    assert max(waits) <= BYSTANDER_BOUND_S * 2, f"a get waited {max(waits):.2f} s"
+    assert 0 < held <= runs * MAX_KEYRING_ESTIMATE, f"{held / runs / 2**20:.1f} MiB a run"
