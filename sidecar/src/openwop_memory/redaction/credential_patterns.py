@@ -331,6 +331,8 @@ def _scanners() -> tuple[_Scanner, ...]:
 
 
 _SCANNERS = _scanners()
+_LONGEST_ANCHOR = max(len(a) for p in PATTERNS for a in p.anchors)
+_PROBE_BYTES = 8192
 _PRIORITY = {p.name: i for i, p in enumerate(PATTERNS)}
 
 
@@ -346,10 +348,21 @@ def may_hold_credentials(text: str) -> bool:
     regex runs only at an anchor the automata report, and this asks the same automata
     whether they report any. Costs their (prefiltered) passes alone. Never raises."""
     data = _scanned(text)
-    # A loop, not any() over a generator: this runs on every put, and the loop is cheaper.
-    for scanner in _SCANNERS:  # noqa: SIM110
-        if scanner.automaton.find_matches_as_indexes(data):
-            return True
+    if len(data) <= _PROBE_BYTES:
+        # A loop, not any() over a generator: this runs on every put, and the loop is cheaper.
+        for scanner in _SCANNERS:  # noqa: SIM110
+            if scanner.automaton.find_matches_as_indexes(data):
+                return True
+        return False
+    # In pieces, overlapping by an anchor's length: the automata list every hit, and a long
+    # text of anchors would cost the list of all of them to learn that there is one.
+    step = _PROBE_BYTES - _LONGEST_ANCHOR
+    view = memoryview(data)
+    for at in range(0, len(data), step):
+        piece = view[at : at + _PROBE_BYTES]
+        for scanner in _SCANNERS:
+            if scanner.automaton.find_matches_as_indexes(piece):
+                return True
     return False
 
 
