@@ -331,8 +331,8 @@ HOSTILE_SHAPES = {
 
 def _cpu_ms(keyring: Keyring, text: str, repeats: int) -> float:
     """Median CPU ms of :func:`redact_entry` of ``text`` (this thread's CPU time), each
-    time with different first characters: what is found in the last long text searched
-    is remembered, and the same text again would cost nothing."""
+    time with different first characters, so that no cache on the way (the decoder's of
+    short escapes) makes a repeat cheaper than a new entry."""
     samples = []
     for i in range(repeats):
         variant = f"{i:04d}" + text[4:]

@@ -427,13 +427,6 @@ def credential_attempts(text: str) -> int:
     return sum(len(set(hits)) for hits in _anchor_positions(text).values())
 
 
-# The last long text searched and what was found in it: the redactor's shortcut asks about
-# a text, and when it finds something the full search asks again about the same text.
-# One tuple, replaced whole, so a thread reads a consistent pair (or another text's).
-_LAST: tuple[str, list[tuple[int, int, str]]] = ("", [])
-_REMEMBERED_CHARS = 4096
-
-
 def find_credentials(text: str) -> list[tuple[int, int, str]]:
     """(start, end, format name) of every credential in text, sorted, non-overlapping
     (on overlap keep the longer span). Pure, never raises.
@@ -441,18 +434,6 @@ def find_credentials(text: str) -> list[tuple[int, int, str]]:
     Cost: the anchor passes, then one regex try per anchor occurrence and format (anchors
     are at least two characters, so at most about one try per character and format
     sharing an anchor), each a C call from one tight loop per format."""
-    global _LAST
-    last_text, last_found = _LAST
-    if len(text) < _REMEMBERED_CHARS:
-        return _find(text)
-    if last_text == text:
-        return list(last_found)
-    found = _find(text)
-    _LAST = (text, found)
-    return list(found)
-
-
-def _find(text: str) -> list[tuple[int, int, str]]:
     candidates: set[tuple[int, int, str]] = set()
     for c, hits in _anchor_positions(text).items():
         name = c.pattern.name
