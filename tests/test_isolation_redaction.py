@@ -17,15 +17,20 @@ import string
 import threading
 import time
 import tracemalloc
+from functools import partial
 from pathlib import Path
 
+import anyio
+import pytest
 from openwop_memory.redaction import Keyring, estimate_bytes, redact_entry
 from openwop_memory.redaction.credential_patterns import credential_attempts, find_credentials
 from openwop_memory.redaction.decode import escape_views
+from openwop_memory.service.redaction_turns import RedactionTurns
 from openwop_memory_client.wire import MAX_SECRETS
 from support.sidecar import RawClient, Sidecar
 
 TENANT = "tenant-redaction-cost"
+OTHER_TENANT = "tenant-bystander"
 ENTRY_CHARS = 60_000
 TWILIO = "SK" + "0123456789abcdef" * 2  # the shape of a Twilio API key
 # The costliest shapes measured (bench/redaction_bench.py prints their cost per byte).
@@ -47,22 +52,29 @@ def _hostile(n: int) -> str:
 def test_a_burst_of_anchor_floods_leaves_a_bystander_served(tmp_path: Path) -> None:
     """One connection pipelines 96 puts of 60 KB built from the costliest shapes (anchors,
     escapes apart from each other, nested percent-encoding), each ending with a Twilio key.
-    Another connection calls ``sidecar.health`` throughout: every call answers within 1 s
-    (2.8 s before, 0.13 s after, measured), and every put is stored with the key redacted
-    (none refused)."""
+    Another connection, of another tenant, calls ``sidecar.health`` throughout and puts a
+    large benign entry (redacted off the loop too) once the burst is under way: every call
+    answers within 1 s (health 2.8 s before, 0.13 s after, measured; the put waits for
+    one hostile redaction, not for the burst), and every hostile put is stored with the key
+    redacted (none refused)."""
     puts = 96
     sidecar = Sidecar(tmp_path, "--log-level", "error")
     with sidecar, sidecar.client(timeout=120) as attacker, sidecar.client(timeout=30) as bystander:
         ref = attacker.call("memory.issueRef", tenant=TENANT, agent="a")["memoryRef"]
         attacker.call("run.begin", runId="flood", tenant=TENANT)
-        bystander.call("sidecar.health")
+        other = bystander.call("memory.issueRef", tenant=OTHER_TENANT, agent="b")["memoryRef"]
+        bystander.call("run.begin", runId="bystander", tenant=OTHER_TENANT)
         waits: list[float] = []
         done = threading.Event()
 
         def watch() -> None:
             while not done.is_set():
                 started = time.monotonic()
-                bystander.call("sidecar.health")
+                if len(waits) == 5:  # the burst's redactions are queued by now
+                    entry = {"content": "a plain note, " * 2000}
+                    bystander.call("memory.put", runId="bystander", memoryRef=other, entry=entry)
+                else:
+                    bystander.call("sidecar.health")
                 waits.append(time.monotonic() - started)
                 time.sleep(0.01)
 
@@ -91,7 +103,8 @@ def test_a_burst_of_anchor_floods_leaves_a_bystander_served(tmp_path: Path) -> N
             done.set()
             watcher.join()
         _check_stored(attacker, ref, answers)
-    assert len(waits) >= 5, f"the bystander made only {len(waits)} calls"
+    assert len(waits) >= 6, f"the bystander made only {len(waits)} calls"
+    assert waits[5] <= BYSTANDER_BOUND_S, f"the large put waited {waits[5]:.2f} s"
     assert max(waits) <= BYSTANDER_BOUND_S, f"a health call waited {max(waits):.2f} s"
 
 
@@ -219,3 +232,26 @@ def test_a_maximal_keyring_compile_leaves_other_connections_served(tmp_path: Pat
     assert len(waits) >= runs
     assert max(waits) <= BYSTANDER_BOUND_S * 2, f"a get waited {max(waits):.2f} s"
     assert 0 < held <= runs * MAX_KEYRING_ESTIMATE, f"{held / runs / 2**20:.1f} MiB a run"
+
+
+@pytest.mark.anyio
+async def test_tenants_take_turns_at_the_redaction_thread() -> None:
+    """Tenant a queues five redactions, then b one: b's runs second, not sixth (a first-come
+    queue made another tenant's large put wait 6.35 s behind a burst in the test above)."""
+    turns = RedactionTurns()
+    order: list[str] = []
+    gate = threading.Event()
+
+    def work(name: str) -> str:
+        gate.wait(10)
+        order.append(name)
+        return name
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(turns.run, "a", partial(work, f"a{i}"))
+            await anyio.sleep(0.01)
+        tg.start_soon(turns.run, "b", partial(work, "b0"))
+        await anyio.sleep(0.01)
+        gate.set()
+    assert order == ["a0", "b0", "a1", "a2", "a3", "a4"]

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
-import anyio
-import anyio.to_thread
 import orjson
 from openwop_memory_client import SecretLeakageError, ValidationError
 from openwop_memory_client.wire import MAX_TAG_CHARS, EntryInput, PutParams
@@ -28,6 +26,7 @@ from openwop_memory_client.wire import MAX_TAG_CHARS, EntryInput, PutParams
 from ..redaction import Finding, Keyring, PatternPolicy, Redacted, redact_entry
 from ..storage.base import PutRequest, Scope
 from ..timefmt import MAX_WIRE_US, parse_rfc3339
+from .redaction_turns import RedactionTurns
 from .refs import RefCodec
 from .stats import Stats
 
@@ -64,7 +63,7 @@ class PutPolicy:
         self._refs = refs
         self._clock = clock
         self._stats = stats
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._turns = RedactionTurns()
 
     def check_entry(self, entry: EntryInput) -> int | None:
         """Check the entry as received; return its expiry in µs (``None`` if it has none).
@@ -113,7 +112,7 @@ class PutPolicy:
         """
         # Tags are redacted as sent, so every field name below indexes the request's tags;
         # empty and repeated tags are dropped afterwards.
-        redacted = await self._redact(keyring, params.entry)
+        redacted = await self._redact(keyring, scope.tenant, params.entry)
         refused = self._refused(redacted)
         if refused:
             self._stats.refusals["survived" if redacted.leaked else _kind(refused[0])] += 1
@@ -143,26 +142,15 @@ class PutPolicy:
         key = None if params.idempotencyKey is None else self._refs.keyed_id(params.idempotencyKey)
         return PutRequest(scope, redacted.content, tags, expires_us, key, digest)
 
-    async def _redact(self, keyring: Keyring, entry: EntryInput) -> Redacted:
+    async def _redact(self, keyring: Keyring, tenant: str, entry: EntryInput) -> Redacted:
         """Redact ``entry``; a large one in a worker thread, so small requests are not held
-        up behind it (the README's redaction benchmark gives the cost by size).
-
-        One such thread at a time: redaction is Python holding the GIL, and the event loop
-        (which answers every other client) competes for it with every thread running. With
-        anyio's default of 40 threads, 64 large puts pipelined by one client left the loop
-        a 41st of the GIL and other clients' ``sidecar.health`` waited seconds; against one
-        thread the loop gets the GIL back at every switch interval. A large put waits its
-        turn instead, and redaction's bounded cost per byte bounds that wait.
-        """
+        up behind it (the README's redaction benchmark gives the cost by size), one at a
+        time and tenants in turn (see ``redaction_turns.py``)."""
         args = (keyring, entry.content, tuple(entry.tags))
         patterns = self.credential_patterns
         if len(entry.content) + sum(map(len, entry.tags)) <= _INLINE_REDACTION_CHARS:
             return redact_entry(*args, patterns=patterns)
-        if self._limiter is None:  # made inside the event loop
-            self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(
-            partial(redact_entry, *args, patterns=patterns), limiter=self._limiter
-        )
+        return await self._turns.run(tenant, partial(redact_entry, *args, patterns=patterns))
 
     def _refused(self, redacted: Redacted) -> tuple[Finding, ...]:
         """The findings the policies refuse to store rather than rewrite (first field first)."""
