@@ -83,11 +83,11 @@ def _texts(values: list[str]) -> list[str]:
 def test_a_keyring_built_in_chunks_finds_what_one_automaton_finds(
     monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
 ) -> None:
-    """Forty 300-character keys need ~90 KiB of window patterns: two automata or more (with
-    400-byte chunks, one value's windows span several)."""
+    """A hundred 300-character keys need ~79 KiB of fragment keys: two automata or more
+    (with 400-byte chunks, one value's keys span several)."""
     rng = random.Random(7)
     alphabet = string.ascii_letters + string.digits
-    values = ["".join(rng.choice(alphabet) for _ in range(300)) for _ in range(40)]
+    values = ["".join(rng.choice(alphabet) for _ in range(300)) for _ in range(100)]
     ids = {v: f"k{i}" for i, v in enumerate(values)}
     monkeypatch.setattr(keyring_module, "_CHUNK_BYTES", chunk_bytes)
     chunked = Keyring.compile(ids)

@@ -129,7 +129,7 @@ class _Admission:
         try:
             policy.check_entry(entry)
             keyring = await self._keyring(item.scope.tenant)
-            content, tags = await policy.redacted_entry(keyring, entry)
+            content, tags = await policy.redacted_entry(keyring, item.scope.tenant, entry)
         except WireValidationError as exc:
             raise TransferError(f"line {number}: {exc.message} ({_setting(exc)})") from None
         except SecretLeakageError as exc:

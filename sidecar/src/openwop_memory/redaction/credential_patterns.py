@@ -35,7 +35,13 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
-__all__ = ["PATTERNS", "CredentialPattern", "find_credentials", "may_hold_credentials"]
+__all__ = [
+    "PATTERNS",
+    "CredentialPattern",
+    "credential_attempts",
+    "find_credentials",
+    "may_hold_credentials",
+]
 
 
 @dataclass(frozen=True)
@@ -325,6 +331,8 @@ def _scanners() -> tuple[_Scanner, ...]:
 
 
 _SCANNERS = _scanners()
+_LONGEST_ANCHOR = max(len(a) for p in PATTERNS for a in p.anchors)
+_PROBE_BYTES = 8192
 _PRIORITY = {p.name: i for i, p in enumerate(PATTERNS)}
 
 
@@ -340,59 +348,108 @@ def may_hold_credentials(text: str) -> bool:
     regex runs only at an anchor the automata report, and this asks the same automata
     whether they report any. Costs their (prefiltered) passes alone. Never raises."""
     data = _scanned(text)
-    # A loop, not any() over a generator: this runs on every put, and the loop is cheaper.
-    for scanner in _SCANNERS:  # noqa: SIM110
-        if scanner.automaton.find_matches_as_indexes(data):
-            return True
+    if len(data) <= _PROBE_BYTES:
+        # A loop, not any() over a generator: this runs on every put, and the loop is cheaper.
+        for scanner in _SCANNERS:  # noqa: SIM110
+            if scanner.automaton.find_matches_as_indexes(data):
+                return True
+        return False
+    # In pieces, overlapping by an anchor's length: the automata list every hit, and a long
+    # text of anchors would cost the list of all of them to learn that there is one.
+    step = _PROBE_BYTES - _LONGEST_ANCHOR
+    view = memoryview(data)
+    for at in range(0, len(data), step):
+        piece = view[at : at + _PROBE_BYTES]
+        for scanner in _SCANNERS:
+            if scanner.automaton.find_matches_as_indexes(piece):
+                return True
     return False
 
 
-def _anchor_hits(text: str) -> list[tuple[_Scanner, int, int]]:
-    """(scanner, anchor index in it, position) of every occurrence of every anchor."""
+def _anchor_positions(text: str) -> dict[_Compiled, list[tuple[int, int]]]:
+    """(position, anchor length) of every occurrence of every anchor, grouped by the
+    pattern that anchor belongs to.
+
+    Grouped so that each pattern's regex is then tried in one tight loop: a text made of
+    anchors (``"SK" * 32000``) has one hit every two characters, and the Python work per
+    hit is what its redaction costs.
+    """
     data = _scanned(text)
-    hits: list[tuple[_Scanner, int, int]] = []
+    by_pattern: dict[_Compiled, list[tuple[int, int]]] = {}
     for scanner in _SCANNERS:
-        for index, start, _end in scanner.automaton.find_matches_as_indexes(data):
-            hits.append((scanner, index, start))
-            for offset, other in scanner.inside[index]:
-                if text.startswith(scanner.anchors[other], start + offset):
-                    hits.append((scanner, other, start + offset))
-    return hits
+        matches = scanner.automaton.find_matches_as_indexes(data)
+        if not matches:
+            continue
+        by_anchor: list[list[int]] = [[] for _ in scanner.anchors]
+        for index, start, _end in matches:
+            by_anchor[index].append(start)
+        for index, inside in enumerate(scanner.inside):
+            starts = by_anchor[index]
+            if not starts or not inside:
+                continue
+            for offset, other in inside:
+                anchor = scanner.anchors[other]
+                by_anchor[other].extend(
+                    p + offset for p in starts if text.startswith(anchor, p + offset)
+                )
+        for index, starts in enumerate(by_anchor):
+            if starts:
+                size = len(scanner.anchors[index])
+                at = [(p, size) for p in starts]
+                for c in scanner.users[index]:
+                    by_pattern.setdefault(c, []).extend(at)
+    return by_pattern
 
 
 def _span_at(c: _Compiled, text: str, pos: int, size: int) -> tuple[int, int] | None:
-    """Span of the match of ``c`` that contains the anchor at ``pos``, if any."""
-    group = "secret" if c.secret else 0
-    if c.reach is None:
-        m = c.pattern.regex.match(text, pos)
-    else:
-        lo = max(0, pos - c.pattern.lookback)
+    """Span of the match of ``c`` (a pattern with lookback) that contains the anchor at
+    ``pos``, if any: the leftmost start that covers it.
+
+    Each call to the widened regex finds the next start a match begins at (in C), so the
+    starts that do not match cost nothing here, however long the lookback.
+    """
+    assert c.reach is not None
+    lo = max(0, pos - c.pattern.lookback)
+    while lo <= pos:
         m = c.reach.match(text, lo)
-        if m is None:  # no match starts anywhere in the window
+        if m is None or m.start("_whole") > pos:
             return None
-        if m.start("_whole") <= pos and m.end() >= pos + size:
+        if m.end() >= pos + size:
             return m.span("secret" if c.secret else "_whole")
-        # The leftmost match near the anchor is not the one around it: try each start.
-        m = None
-        for start in range(lo, pos + 1):
-            m = c.pattern.regex.match(text, start)
-            if m is not None and m.end() >= pos + size:
-                break
-    if m is None or m.end() < pos + size:
-        return None
-    return m.span(group)
+        lo = m.start("_whole") + 1
+    return None
+
+
+def credential_attempts(text: str) -> int:
+    """How many times :func:`find_credentials` tries a format's regex on ``text`` (at most
+    one try per anchor occurrence and format, plus a few per match for formats with a
+    lookback): the measure of its cost that does not depend on the machine."""
+    return sum(len(set(hits)) for hits in _anchor_positions(text).values())
 
 
 def find_credentials(text: str) -> list[tuple[int, int, str]]:
     """(start, end, format name) of every credential in text, sorted, non-overlapping
-    (on overlap keep the longer span). Pure, never raises."""
+    (on overlap keep the longer span). Pure, never raises.
+
+    Cost: the anchor passes, then one regex try per anchor occurrence and format (anchors
+    are at least two characters, so at most about one try per character and format
+    sharing an anchor), each a C call from one tight loop per format."""
     candidates: set[tuple[int, int, str]] = set()
-    for scanner, index, pos in _anchor_hits(text):
-        size = len(scanner.anchors[index])
-        for c in scanner.users[index]:
-            span = _span_at(c, text, pos, size)
-            if span is not None:
-                candidates.add((span[0], span[1], c.pattern.name))
+    for c, hits in _anchor_positions(text).items():
+        name = c.pattern.name
+        if c.reach is not None:
+            for pos, size in sorted(set(hits)):
+                span = _span_at(c, text, pos, size)
+                if span is not None:
+                    candidates.add((span[0], span[1], name))
+            continue
+        match = c.pattern.regex.match
+        group = "secret" if c.secret else 0
+        for pos, size in set(hits) if len(hits) > 1 else hits:
+            m = match(text, pos)
+            if m is not None and m.end() >= pos + size:
+                start, end = m.span(group)
+                candidates.add((start, end, name))
     if not candidates:
         return []
     # Longest first; at equal length the earlier-listed format, then the leftmost.

@@ -4,11 +4,14 @@ Two automata over the text's skeleton (``fold.py``):
 
 - the *forms* (``needles.py``: the folded value, reversed, rot13, encoded), with
   every overlapping match reported, since each occurrence yields only a few;
-- the *fragments*: 12-character windows of each value beyond its public prefix (and of its
-  reversal and rot13), matched without overlap, and each match grown in both directions
-  for as long as the text goes on agreeing with the value. An occurrence thus costs a few
-  matches and a few slice comparisons however long it is, which keeps a text dense with
-  secrets linear.
+- the *fragments*: 8-character keys of each value beyond its public prefix (and of its
+  reversal and rot13), one every 5 characters so that any 12 characters of it hold one
+  (``needles.key_starts``), every overlapping match reported, and each match grown in
+  both directions for as long as the text goes on agreeing with the value; it counts once
+  it spans 12 characters of the private part. An occurrence thus costs a few matches and
+  a few slice comparisons however long it is, which keeps a text dense with secrets
+  linear; and the keys are a seventh of the windows of 12 at every offset they replace
+  (256 values of 64 characters: 6.7 MiB estimated instead of 15.7).
 
 :meth:`Keyring.scan` promises hits as original-text spans: a verbatim value is replaced
 exactly; a folded match also takes the punctuation the value has at that end; an encoded
@@ -31,10 +34,11 @@ from openwop_memory_client.wire import MIN_SECRET_CHARS
 from .fold import Folded, Skeleton, fold, folded, skeleton, skeleton_bytes
 from .needles import (
     FRAGMENT_CHARS,
-    MAX_FRAGMENTS,
+    KEY_CHARS,
     Kind,
     Needle,
     form_needles,
+    key_starts,
     public_prefix,
 )
 
@@ -129,8 +133,9 @@ def _char_offsets(data: bytes, positions: set[int]) -> dict[int, int]:
 
 # What a compiled keyring holds, by measurement (tests/test_keyring_memory.py): a fixed
 # part, then per secret its form needles' automaton states and objects, its strings (the
-# value, reversed and rot13 copies, their skeletons), and per fragment window ~12 automaton
-# states (~18 bytes each in a ContiguousNFA) plus its array slots.
+# value, reversed and rot13 copies, their skeletons), and per fragment key ~8 automaton
+# states (~18 bytes each in a ContiguousNFA) plus its array slots and the growing of its
+# matches (the figure was calibrated with 12-character windows and still holds).
 _FIXED_BYTES = 8 << 10
 _SECRET_BYTES = 16 << 10
 _CHAR_BYTES = 6
@@ -153,8 +158,7 @@ def estimate_bytes(ids_by_value: Mapping[str, str]) -> int:
         if len(value) < MIN_SECRET_CHARS:
             continue
         size = len(value.encode())
-        starts = len(fold(value[len(public_prefix(value)) :])) - FRAGMENT_CHARS + 1
-        windows = 0 if starts <= 0 else 3 * len(range(0, starts, -(-starts // MAX_FRAGMENTS)))
+        windows = 3 * len(key_starts(len(fold(value[len(public_prefix(value)) :]))))
         # A non-ASCII value's windows are longer in UTF-8, and so are their automata.
         total += _SECRET_BYTES + _CHAR_BYTES * size + _WINDOW_BYTES * windows * size // len(value)
     return total
@@ -212,6 +216,7 @@ class Keyring:
         windows = _Windows()
         self._literal: list[int] = []  # values too short once folded: matched verbatim
         self._sources: list[tuple[int, Folded]] = []  # (secret, the value, reversed or rot13)
+        self._private: list[tuple[int, int]] = []  # per source: where its private part is
         for index, secret in enumerate(self._secrets):
             value = secret.value
             needles = form_needles(value)
@@ -232,7 +237,9 @@ class Keyring:
         self._forms = [tuple(entries) for entries in forms.values()]
         self._windows = windows
         self._forms_acs = _automata(list(forms), ahocorasick_rs.MatchKind.Standard)
-        self._windows_acs = _automata(windows.take_keys(), ahocorasick_rs.MatchKind.LeftmostFirst)
+        # Overlapping: a key short enough to match by chance must not hide, by its match,
+        # a key of a real fragment beside it.
+        self._windows_acs = _automata(windows.take_keys(), ahocorasick_rs.MatchKind.Standard)
         # A secret may be spread with separators; look this far around an escape for it.
         self.margin = 2 * max((len(s.value) for s in self._secrets), default=0)
 
@@ -245,16 +252,17 @@ class Keyring:
     ) -> None:
         """Register the fragment windows of ``private``, which ``source`` ends with (the value,
         rot13) or starts with (reversed)."""
-        starts = len(private) - FRAGMENT_CHARS + 1
-        if starts <= 0:
+        starts = key_starts(len(private))
+        if not starts:
             return
         at = len(source.text) - len(private) if source.text.endswith(private) else 0
         self._sources.append((index, source))
+        self._private.append((at, at + len(private)))
         number = len(self._sources) - 1
-        # Sampled with a stride on long values: a fragment of FRAGMENT_CHARS + stride - 1
-        # still holds a window, and growing the match recovers the rest of it.
-        for i in range(0, starts, -(-starts // MAX_FRAGMENTS)):
-            windows.add(private[i : i + FRAGMENT_CHARS], number, at + i)
+        # Every fragment holds a whole key (see key_starts); growing the key's match
+        # recovers the rest of it.
+        for i in starts:
+            windows.add(private[i : i + KEY_CHARS], number, at + i)
 
     @classmethod
     def compile(cls, ids_by_value: Mapping[str, str]) -> Keyring:
@@ -299,14 +307,13 @@ class Keyring:
         windows = [
             (offset + k, s, e)
             for offset, ac in self._windows_acs
-            for k, s, e in ac.find_matches_as_indexes(data)
+            for k, s, e in ac.find_matches_as_indexes(data, overlapping=True)
         ]
         hits: list[Hit] = []
         if forms or windows:
             # The way back to the text is only needed for a match (most texts have none).
             skel = skeleton(text)
-            if len(self._windows_acs) > 1:
-                windows.sort(key=itemgetter(1))  # _fragments reads them in text order
+            windows.sort(key=itemgetter(1))  # _fragments reads them in text order
             if isinstance(skel.data, str):  # byte offsets to characters
                 at = _char_offsets(data, {p for _, s, e in forms + windows for p in (s, e)})
                 forms = [(k, at[s], at[e]) for k, s, e in forms]
@@ -344,11 +351,14 @@ class Keyring:
                 if reached.get(number, -1) >= s_end:
                     continue  # inside a stretch already found
                 index, source = self._sources[number]
-                right = _common_forward(data, s_end, source.text, at + FRAGMENT_CHARS)
+                right = _common_forward(data, s_end, source.text, at + KEY_CHARS)
                 left = _common_backward(data, s_start, source.text, at)
+                lo, hi = self._private[number]
+                if min(hi, at + KEY_CHARS + right) - max(lo, at - left) < FRAGMENT_CHARS:
+                    continue  # less than a fragment of the private part
                 reached[number] = s_end + right
                 start, end = self._span(skel, s_start - left, s_end + right)
-                first, last = at - left, at + FRAGMENT_CHARS + right - 1
+                first, last = at - left, at + KEY_CHARS + right - 1
                 yield self._padded(
                     skel.text, start, end, index, source.before(first), source.after(last)
                 )

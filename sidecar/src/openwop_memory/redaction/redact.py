@@ -284,7 +284,8 @@ def nothing_to_find(keyring: Keyring, text: str, patterns: bool) -> bool:
     - :meth:`Keyring.may_match` False: :meth:`Keyring.scan` finds nothing (the same
       automata over the same skeleton, the same verbatim values).
     - :func:`find_credentials` finds nothing (asked only where :func:`may_hold_credentials`
-      sees an anchor: with none, it finds nothing).
+      sees an anchor: with none, it finds nothing; a text longer than :data:`_PROBE_CHARS`
+      with an anchor is left to the full search).
     - Then no hit covers anything and the budget is whole, so the full search's call of
       :func:`blobs` is the one made here (a text without a candidate run,
       :func:`may_hold_blobs` False, skips it): no blob means nothing decoded is searched.
@@ -300,7 +301,13 @@ def nothing_to_find(keyring: Keyring, text: str, patterns: bool) -> bool:
         return False
     if may_hold_escapes(text) or keyring.may_match(text):
         return False
-    if patterns and may_hold_credentials(text) and find_credentials(text):
+    # A long text with an anchor is searched once, by the full search: a text of anchors
+    # costs that search milliseconds, which the shortcut would pay twice.
+    if (
+        patterns
+        and may_hold_credentials(text)
+        and (len(text) > _PROBE_CHARS or find_credentials(text))
+    ):
         return False
     if may_hold_blobs(text):
         if len(text) > _PROBE_CHARS:

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
-import anyio.to_thread
 import orjson
 from openwop_memory_client import SecretLeakageError, ValidationError
 from openwop_memory_client.wire import MAX_TAG_CHARS, EntryInput, PutParams
@@ -27,6 +26,7 @@ from openwop_memory_client.wire import MAX_TAG_CHARS, EntryInput, PutParams
 from ..redaction import Finding, Keyring, PatternPolicy, Redacted, redact_entry
 from ..storage.base import PutRequest, Scope
 from ..timefmt import MAX_WIRE_US, parse_rfc3339
+from .redaction_turns import RedactionTurns
 from .refs import RefCodec
 from .stats import Stats
 
@@ -63,6 +63,7 @@ class PutPolicy:
         self._refs = refs
         self._clock = clock
         self._stats = stats
+        self._turns = RedactionTurns()
 
     def check_entry(self, entry: EntryInput) -> int | None:
         """Check the entry as received; return its expiry in µs (``None`` if it has none).
@@ -109,7 +110,7 @@ class PutPolicy:
             survived rewriting (``details.field``, ``details.secretIds``).
         :raises ValidationError: a tag is longer than allowed once redacted.
         """
-        content, tags = await self.redacted_entry(keyring, params.entry)
+        content, tags = await self.redacted_entry(keyring, scope.tenant, params.entry)
         # The digest is over the redacted entry, so no secret value enters it.
         digest = hashlib.sha256(orjson.dumps([content, tags, expires_us])).digest()
         # Keys are stored as keyed digests: a worker may well derive them from content.
@@ -117,10 +118,11 @@ class PutPolicy:
         return PutRequest(scope, content, tags, expires_us, key, digest)
 
     async def redacted_entry(
-        self, keyring: Keyring, entry: EntryInput
+        self, keyring: Keyring, tenant: str, entry: EntryInput
     ) -> tuple[str, tuple[str, ...]]:
-        """``entry``'s content and tags as a put stores them: redacted with ``keyring``,
-        empty and repeated tags dropped. An import applies it to each line as well.
+        """``entry``'s content and tags as a put of ``tenant`` stores them: redacted with
+        ``keyring``, empty and repeated tags dropped. An import applies it to each line as
+        well.
 
         :raises SecretLeakageError: the policies refuse what was found, or a secret
             survived rewriting (``details.field``, ``details.secretIds``).
@@ -128,7 +130,7 @@ class PutPolicy:
         """
         # Tags are redacted as sent, so every field name below indexes the request's tags;
         # empty and repeated tags are dropped afterwards.
-        redacted = await self._redact(keyring, entry)
+        redacted = await self._redact(keyring, tenant, entry)
         refused = self._refused(redacted)
         if refused:
             self._stats.refusals["survived" if redacted.leaked else _kind(refused[0])] += 1
@@ -153,14 +155,15 @@ class PutPolicy:
                 )
         return redacted.content, _unique_nonempty(redacted.tags)
 
-    async def _redact(self, keyring: Keyring, entry: EntryInput) -> Redacted:
+    async def _redact(self, keyring: Keyring, tenant: str, entry: EntryInput) -> Redacted:
         """Redact ``entry``; a large one in a worker thread, so small requests are not held
-        up behind it (the README's redaction benchmark gives the cost by size)."""
+        up behind it (the README's redaction benchmark gives the cost by size), one at a
+        time and tenants in turn (see ``redaction_turns.py``)."""
         args = (keyring, entry.content, tuple(entry.tags))
         patterns = self.credential_patterns
         if len(entry.content) + sum(map(len, entry.tags)) <= _INLINE_REDACTION_CHARS:
             return redact_entry(*args, patterns=patterns)
-        return await anyio.to_thread.run_sync(partial(redact_entry, *args, patterns=patterns))
+        return await self._turns.run(tenant, partial(redact_entry, *args, patterns=patterns))
 
     def _refused(self, redacted: Redacted) -> tuple[Finding, ...]:
         """The findings the policies refuse to store rather than rewrite (first field first)."""
