@@ -163,6 +163,7 @@ async def _open_storage(settings: Settings, notify: Callable[[str], object]) -> 
     while True:
         attempt += 1
         storage = _create_storage(settings)
+        storage.lock_at_open(exclusive=False)  # an import now is refused (see Storage)
         try:
             await storage.open()
         except DatabaseUnreachableError as exc:

@@ -5,7 +5,9 @@ They open the database themselves, as ``serve`` would (``--database``, else
 ``OPENWOP_MEMORY_DATABASE``, else ``database`` of the TOML file given by ``--config`` or
 ``OPENWOP_MEMORY_CONFIG``), so they need no running sidecar and no socket. An export reads
 beside running sidecars; it never creates a database. An import goes into a database no
-sidecar serves yet (a sidecar reads the memoryRef key once, at its start), and applies to
+sidecar serves (a sidecar reads the memoryRef key once, at its start): it holds the
+database's serve lock exclusive, so it is refused while one does; one that fails removes
+the SQLite database it created (never one that was there). It applies to
 each entry what a put into it applies, under the same settings (``secrets_dir``,
 ``redaction``, ``credential_patterns``, ``max_entry_size_bytes``, from the same sources).
 
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the command's path imports the rest once its arguments are read
     from .config import Settings
     from .storage.base import Storage
-    from .transfer import ImportRules
+    from .transfer import Imported, ImportRules
 
 _EPILOG = """\
 The database is --database, else OPENWOP_MEMORY_DATABASE, else the database key of the
@@ -70,37 +72,64 @@ class _Failed(Exception):
 async def _run(args: argparse.Namespace, settings: Settings) -> str:
     from openwop_memory_client import MemoryServiceError
 
-    from .service.embedding import EmbeddingModel
     from .storage.base import StorageStartupError
     from .storage.registry import create_storage
-    from .transfer import TransferError, import_from
+    from .transfer import TransferError
 
     try:
         storage = create_storage(settings)
-        await storage.open()
     except StorageStartupError as exc:
         raise _Failed(str(exc)) from None
-    try:
-        if args.command == "export":
-            return await _export(storage, args.file)
-        rules = await _import_rules(settings)
+    if args.command == "export":
         try:
-            with open(args.file, "rb") as source:  # noqa: ASYNC230 - a local file, in lines
-                embedding = EmbeddingModel(enabled=settings.semantic_search)
-                done = await import_from(storage, source, rules, embedding)
-        except OSError as exc:
-            raise _Failed(f"cannot read {args.file}: {exc.strerror}") from None
-        return (
-            f"imported {done.entries} entries from {args.file} ({done.skipped} already there) "
-            f"in {done.seconds} s; {done.redactions} secrets redacted, {done.clamped} "
-            "createdAt in the future set to the import's time"
-        )
-    except TransferError as exc:
-        raise _Failed(str(exc)) from None
-    except MemoryServiceError as exc:
-        raise _Failed(f"{exc.code}: {exc.message}") from None
-    finally:
-        await storage.close()
+            await storage.open()
+        except StorageStartupError as exc:
+            raise _Failed(str(exc)) from None
+        try:
+            return await _export(storage, args.file)
+        except MemoryServiceError as exc:
+            raise _Failed(f"{exc.code}: {exc.message}") from None
+        finally:
+            await storage.close()
+    # No sidecar may serve it meanwhile: one keeps the ref key it read at its start.
+    storage.lock_at_open(exclusive=True)
+    try:
+        done = await _import(storage, args.file, settings)
+    except BaseException as exc:
+        # A database this import created goes with it, so a later `serve
+        # --create-database false` does not take an empty file for the memory.
+        await storage.discard()
+        if isinstance(exc, StorageStartupError | TransferError):
+            raise _Failed(str(exc)) from None
+        if isinstance(exc, MemoryServiceError):
+            raise _Failed(f"{exc.code}: {exc.message}") from None
+        raise
+    await storage.close()
+    return (
+        f"imported {done.entries} entries from {args.file} ({done.skipped} already there) "
+        f"in {done.seconds} s; {done.redactions} secrets redacted, {done.clamped} "
+        "createdAt in the future set to the import's time"
+    )
+
+
+async def _import(storage: Storage, path: str, settings: Settings) -> Imported:
+    """Open ``storage`` (under its exclusive lock) and import the file ``path`` into it.
+
+    :raises StorageStartupError: the database cannot be opened, or a sidecar serves it.
+    :raises TransferError: see :func:`~openwop_memory.transfer.import_from`.
+    :raises _Failed: the file or the secrets cannot be read.
+    """
+    from .service.embedding import EmbeddingModel
+    from .transfer import import_from
+
+    await storage.open()
+    rules = await _import_rules(settings)
+    try:
+        with open(path, "rb") as source:  # noqa: ASYNC230 - a local file, in lines
+            embedding = EmbeddingModel(enabled=settings.semantic_search)
+            return await import_from(storage, source, rules, embedding)
+    except OSError as exc:
+        raise _Failed(f"cannot read {path}: {exc.strerror}") from None
 
 
 async def _import_rules(settings: Settings) -> ImportRules:

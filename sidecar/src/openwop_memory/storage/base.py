@@ -297,14 +297,28 @@ class StorageGauges:
 class Storage(Protocol):
     """A memory store with snapshot reads. Implementations: SQLite (PostgreSQL to come)."""
 
+    def lock_at_open(self, *, exclusive: bool) -> None:
+        """Have :meth:`open` take the database's serve lock, which :meth:`close` releases:
+        shared for a sidecar that serves it (every one holds it, on both backends),
+        exclusive for an import, which must not change the memoryRef key under a sidecar
+        that keeps the one it read at its start. Without this call, nothing is locked (an
+        export reads beside running sidecars)."""
+
     async def open(self) -> None:
         """Connect, check the database is usable, and migrate its schema.
 
+        :raises DatabaseInUseError: the serve lock is held the other way (see
+            :meth:`lock_at_open`).
         :raises StorageStartupError: the database cannot be used (not WAL, newer schema, ...).
         """
 
     async def close(self) -> None:
         """Flush pending writes and disconnect. Idempotent."""
+
+    async def discard(self) -> None:
+        """Close, and remove what :meth:`open` created where that is a file (an import
+        that failed into a new SQLite database: the file, its ``-wal``, ``-shm`` and lock
+        file), never a file that existed before. A PostgreSQL database keeps its tables."""
 
     def clock_us(self) -> int:
         """Now, in µs since the epoch, as this store judges time: what the service passes as
@@ -462,9 +476,10 @@ class Storage(Protocol):
         """Make ``key`` the database's memoryRef key, so that refs issued against the
         database it came from reach the same scopes here. True when it is now the key (it
         was already, or the database held no scope yet, so nothing was reachable through
-        the old one); False, nothing written, when the database holds scopes under
-        another key. A sidecar already serving this database keeps the key it read at its
-        start (for operators: import, before sidecars serve the database).
+        the old one); False, nothing written, when the database holds scopes or runs
+        (whose workers hold refs) under another key. A sidecar serving this database would
+        keep the key it read at its start: an import holds the exclusive serve lock (see
+        :meth:`lock_at_open`), so none does.
         """
 
     async def import_entries(self, *, entries: Sequence[StoredEntry]) -> int:
@@ -497,6 +512,11 @@ class Storage(Protocol):
 
 class StorageStartupError(Exception):
     """The database cannot be used; the message says why and what to do."""
+
+
+class DatabaseInUseError(StorageStartupError):
+    """The serve lock is held the other way: a sidecar serves the database an import is
+    for, or an import runs into the database a sidecar is starting on."""
 
 
 class DatabaseUnreachableError(StorageStartupError):

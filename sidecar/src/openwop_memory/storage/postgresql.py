@@ -68,6 +68,7 @@ from .base import (
 )
 from .postgresql_errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
+from .postgresql_serve_lock import AdvisoryServeLock
 from .scope_cache import ScopeCache
 
 if TYPE_CHECKING:
@@ -177,6 +178,8 @@ class PostgresqlStorage:
         self._unreachable_since: float | None = None  # since a connection error, until a call works
         self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
         self._vectors_cache: VectorCache | None = None
+        self._lock: AdvisoryServeLock | None = None
+        self._lock_exclusive = False
 
     @property
     def _vectors(self) -> VectorCache:
@@ -189,8 +192,14 @@ class PostgresqlStorage:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def lock_at_open(self, *, exclusive: bool) -> None:
+        self._lock = AdvisoryServeLock(self.dsn, connect_timeout=self.connect_timeout)
+        self._lock_exclusive = exclusive
+
     async def open(self) -> None:
         try:
+            if self._lock is not None:
+                await self._lock.acquire(exclusive=self._lock_exclusive)
             self._pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=self.pool_min_size,
@@ -300,6 +309,11 @@ class PostgresqlStorage:
             with anyio.move_on_after(self.command_timeout):
                 await pool.close()
             pool.terminate()
+        if self._lock is not None:
+            await self._lock.release()
+
+    async def discard(self) -> None:
+        await self.close()  # the tables stay: a database is the operator's to drop
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -909,7 +923,9 @@ class PostgresqlStorage:
             current = await conn.fetchval("SELECT value FROM meta WHERE key = 'ref_mac_key'")
             if current is not None and bytes(current) == key:
                 return True
-            if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM scopes)"):
+            if await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM scopes) OR EXISTS (SELECT 1 FROM runs)"
+            ):
                 return False
             await conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('ref_mac_key', $1)"

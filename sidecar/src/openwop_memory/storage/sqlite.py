@@ -74,6 +74,7 @@ from .base import (
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors, translated
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
+from .sqlite_serve_lock import FileServeLock
 from .sqlite_writer import (
     BATCH_BUCKETS,
     WAL_CHECKPOINT_BYTES,
@@ -278,6 +279,9 @@ class SqliteStorage:
         self._vectors_cache: VectorCache | None = None
         # Set while frames of expired rows the sweep deleted may still be in the WAL.
         self._wal_holds_expired = False
+        self._lock: FileServeLock | None = None
+        self._lock_exclusive = False
+        self._created = False  # open() made the file, under the exclusive lock (see discard)
 
     @property
     def _vectors(self) -> VectorCache:
@@ -290,10 +294,18 @@ class SqliteStorage:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def lock_at_open(self, *, exclusive: bool) -> None:
+        self._lock = FileServeLock(self.path)
+        self._lock_exclusive = exclusive
+
     async def open(self) -> None:
         if self.path == ":memory:" or self.path.startswith("file::memory:"):
             raise StorageStartupError("an in-memory SQLite database cannot be shared or use WAL")
         created = self._create_private()
+        if self._lock is not None:
+            self._lock.acquire(exclusive=self._lock_exclusive)
+            # Only what was made under the exclusive lock is this process's to remove.
+            self._created = created and self._lock_exclusive
         try:
             await self._writer.run(self._migrate, await self._writer.start(self._open_writer))
             for _ in range(self.read_connections):
@@ -477,6 +489,20 @@ class SqliteStorage:
         self._schema_version = LATEST_VERSION
 
     async def close(self) -> None:
+        await self._disconnect()
+        if self._lock is not None:
+            self._lock.release()
+
+    async def discard(self) -> None:
+        await self._disconnect()
+        if self._created:
+            for suffix in ("-wal", "-shm", "-journal", ""):  # the database last: it names them
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path + suffix)
+        if self._lock is not None:
+            self._lock.release()
+
+    async def _disconnect(self) -> None:
         self._closed = True
         await self._writer.close()
         for conn in self._readers:
@@ -1030,7 +1056,8 @@ class SqliteStorage:
             rows = txn.conn.execute("SELECT value FROM meta WHERE key = 'ref_mac_key'").fetchall()
             if rows and bytes(rows[0][0]) == key:
                 return True
-            if txn.conn.execute("SELECT 1 FROM scopes LIMIT 1").fetchall():
+            held = "SELECT 1 FROM scopes UNION ALL SELECT 1 FROM runs LIMIT 1"
+            if txn.conn.execute(held).fetchall():
                 return False
             txn.conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('ref_mac_key', ?)"
