@@ -7,18 +7,20 @@ would change the memoryRef key under sidecars that keep the one they read at the
 splitting the memory), and a sidecar does not start while an import runs. The server drops
 the lock with its session, so a sidecar that dies, or loses that connection, holds none:
 while its connection is down, the lock guards nothing (the sidecar logs
-``serve_lock_lost``). Behind a pooler in transaction mode, session locks are not held at
-all: run an import against the server itself.
+``serve_lock_lost``). Behind a pooler in transaction mode, a session lock lands on some
+server connection: run an import against the server itself.
 
 The caller translates the driver's errors (``postgresql_errors.startup_error``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from typing import Any
 
+import anyio
 import asyncpg
 import structlog
 
@@ -46,6 +48,7 @@ class AdvisoryServeLock:
         self._dsn = dsn
         self._connect_timeout = connect_timeout
         self._conn: Any = None
+        self._exclusive = False
 
     async def acquire(self, *, exclusive: bool) -> None:
         """Connect and take the lock without waiting: shared to serve, exclusive to import.
@@ -77,7 +80,7 @@ class AdvisoryServeLock:
             raise
         if not exclusive:
             conn.add_termination_listener(_lost)
-        self._conn = conn
+        self._conn, self._exclusive = conn, exclusive
 
     async def release(self) -> None:
         """Drop the lock with its session (idempotent; never raises)."""
@@ -85,7 +88,12 @@ class AdvisoryServeLock:
         if conn is None:
             return
         conn.remove_termination_listener(_lost)
-        conn.terminate()  # the server ends the session, and its locks, at once
+        # Said, not only left to the session's end: behind a pooler the lock stays on a
+        # server connection the pooler keeps (best effort: it may hand us another one).
+        unlock = "pg_advisory_unlock" if self._exclusive else "pg_advisory_unlock_shared"
+        with anyio.move_on_after(1), contextlib.suppress(Exception):
+            await conn.fetchval(f"SELECT {unlock}($1)", SERVE_LOCK)
+        conn.terminate()
 
     async def _held_message(self, conn: Any, exclusive: bool) -> str:
         if not exclusive:
