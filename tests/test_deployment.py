@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ from openwop_memory.server import descriptors_wanted
 from packaging.requirements import Requirement
 from support.backends import BACKENDS
 from support.deploy_tools import ensure_deploy_tools
+from support.protocol import issue, listing, put
 from support.sidecar import RawClient, Sidecar, run_cli, unmeasured
 
 pytestmark = [
@@ -525,42 +527,92 @@ def _in_root(root: Path, value: str) -> str:
     return f"{root}{value}" if value.startswith("/") else value
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(MANIFESTS) if n != "fleet-postgresql.yaml"])
-def test_the_manifest_s_sidecar_answers_the_operator_s_commands(name: str) -> None:
-    """A sidecar started with the manifest's settings (every path moved under a scratch
-    root, no metrics listener) answers ``inspect runs`` and ``backup`` run with the
-    container's environment alone, as ``kubectl exec POD -c memory --`` runs them, and
-    advertises ``retention.forget``."""
-    (workload,) = [d for d in _documents(name) if d["kind"] in ("Deployment", "StatefulSet")]
-    container = _sidecar(workload)
+def import_pod() -> dict[str, Any]:
+    """The one-off Pod kubernetes/README.md imports in."""
+    text = KUBERNETES_README.read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    found = [yaml.safe_load(block) for block in blocks]
+    (pod,) = [d for d in found if isinstance(d, dict) and d.get("kind") == "Pod"]
+    return dict(pod)
+
+
+@contextlib.contextmanager
+def pod_root(container: dict[str, Any]) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A scratch root holding ``container``'s mount points, and its literal environment
+    with every path moved under the root (no metrics listener)."""
     root = Path(tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))  # short: socket paths
     try:
         env = {k: _in_root(root, v) for k, v in _env(container).items()}
-        env["OPENWOP_MEMORY_METRICS_ADDRESS"] = ""
+        if "OPENWOP_MEMORY_METRICS_ADDRESS" in env:
+            env["OPENWOP_MEMORY_METRICS_ADDRESS"] = ""
         for mount in _mounts(container):
             (root / mount.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        database = Path(env["OPENWOP_MEMORY_DATABASE"].removeprefix("sqlite:///"))
-        with Sidecar(
-            root,
-            database=database,
-            socket_path=Path(env["OPENWOP_MEMORY_SOCKET"]),
-            env=env,
-            backend=BACKENDS["sqlite"],
-        ) as sidecar:
-            with sidecar.client() as client:
-                client.call("run.begin", runId="k8s-run", tenant="acme")
-                caps = client.call("host.capabilities")
-            assert caps["capabilities"]["memory"]["retention"]["forget"] is True
-            # No flag: the admin socket and the database are found through the environment.
-            inspected = run_cli("inspect", "runs", "--json", env=env)
-            assert inspected.returncode == 0, inspected.stderr
-            assert "k8s-run" in inspected.stdout
-            backup = database.parent / "backup.db"
-            backed = run_cli("backup", str(backup), env=env)
-            assert backed.returncode == 0, backed.stderr
-            assert backup.stat().st_size > 0
+        yield root, env
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _sqlite_file(env: dict[str, str]) -> Path:
+    return Path(env["OPENWOP_MEMORY_DATABASE"].removeprefix("sqlite:///"))
+
+
+def _manifest_sidecar(root: Path, env: dict[str, str], *args: str) -> Sidecar:
+    return Sidecar(
+        root,
+        *args,
+        database=_sqlite_file(env),
+        socket_path=Path(env["OPENWOP_MEMORY_SOCKET"]),
+        env=env,
+        backend=BACKENDS["sqlite"],
+    )
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(MANIFESTS) if n != "fleet-postgresql.yaml"])
+def test_the_manifest_s_sidecar_answers_the_operator_s_commands(name: str) -> None:
+    """A sidecar started with the manifest's settings (every path moved under a scratch
+    root) answers ``inspect runs``, ``backup``, ``forget`` and serves ``export``, each run
+    with the container's environment alone, as ``kubectl exec POD -c memory --`` runs them,
+    and advertises ``retention.forget``; the export, imported in the page's one-off Pod
+    (its environment alone), gives a database the manifest's sidecar serves, with
+    ``create_database`` false, to the refs issued before."""
+    (workload,) = [d for d in _documents(name) if d["kind"] in ("Deployment", "StatefulSet")]
+    with (
+        pod_root(_sidecar(workload)) as (root, env),
+        pod_root(import_pod()["spec"]["containers"][0]) as (import_root, import_env),
+    ):
+        data = _sqlite_file(env).parent
+        with _manifest_sidecar(root, env) as sidecar, sidecar.client() as client:
+            caps = client.call("host.capabilities")
+            ref = issue(client, "acme", "agent")
+            client.call("run.begin", runId="k8s-run", tenant="acme")
+            put(client, "k8s-run", ref, "about user 42", ["subject:user-42"])
+            put(client, "k8s-run", ref, "about nobody", ["subject:other"])
+            inspected = run_cli("inspect", "runs", "--json", env=env)
+            backed = run_cli("backup", str(data / "backup.db"), env=env)
+            forgotten = run_cli("forget", "acme", "user-42", "--json", env=env)
+            exported = run_cli("export", str(data / "memory.ndjson"), env=env)
+        assert caps["capabilities"]["memory"]["retention"]["forget"] is True
+        assert inspected.returncode == 0, inspected.stderr
+        assert "k8s-run" in inspected.stdout
+        assert backed.returncode == 0, backed.stderr
+        assert (data / "backup.db").stat().st_size > 0
+        assert forgotten.returncode == 0, forgotten.stderr
+        assert '"forgotten": 1' in forgotten.stdout, forgotten.stdout
+        assert exported.returncode == 0, exported.stderr
+
+        claim = _sqlite_file(import_env).parent
+        assert claim == import_root / data.relative_to(root), "the Pod mounts the claim there"
+        shutil.copy(data / "memory.ndjson", claim / "memory.ndjson")
+        imported = run_cli("import", str(claim / "memory.ndjson"), env=import_env)
+        assert imported.returncode == 0, imported.stderr
+        moved = {**env, "OPENWOP_MEMORY_DATABASE": import_env["OPENWOP_MEMORY_DATABASE"]}
+        moved["OPENWOP_MEMORY_CREATE_DATABASE"] = "false"
+        moved["OPENWOP_MEMORY_SOCKET"] = str(import_root / "memory.sock")
+        moved["OPENWOP_MEMORY_ADMIN_SOCKET"] = str(import_root / "admin.sock")
+        with _manifest_sidecar(import_root, moved) as sidecar, sidecar.client() as client:
+            client.call("run.begin", runId="after-import", tenant="acme")
+            seen = [e["content"] for e in listing(client, "after-import", ref)]
+        assert seen == ["about nobody"]
 
 
 # -- the image ----------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 from openwop_memory import cli_admin, cli_transfer
 from openwop_memory.cli import _health_parser
 from openwop_memory.config import Settings, load_settings
@@ -39,6 +38,7 @@ from test_deployment import (
     _health_timeout,
     _prose,
     _sidecar,
+    import_pod,
     measure_load,
     measure_probe,
 )
@@ -493,8 +493,7 @@ def test_the_kubernetes_page_s_import_pod_matches_the_manifest() -> None:
     the workers' are); the claim it names for a StatefulSet Pod is that Pod's."""
     page = KUBERNETES / "README.md"
     text = page.read_text()
-    blocks = [yaml.safe_load(block) for block in _fenced(text, "yaml")]
-    (pod,) = [d for d in blocks if isinstance(d, dict) and d.get("kind") == "Pod"]
+    pod = import_pod()
     versions = {v for n, vs in MANIFESTS.items() if "pre-1.29" not in n for v in vs}
     for version in sorted(versions):
         kubernetes_validate.validate(pod, version, strict=True)
