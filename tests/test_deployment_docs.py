@@ -480,7 +480,7 @@ def test_the_kubernetes_page_forgets_in_every_pod_of_the_statefulset() -> None:
     _says(page, f"The claims outlive a scale-down (`whenScaled: {retention}`)")
     _says(
         page,
-        f"(`{template['metadata']['name']}-{name}-{replicas}` after scaling to {replicas}) "
+        f"(`{template['metadata']['name']}-{name}-{replicas}` after scaling down to {replicas}) "
         "still holds its entries",
     )
     _says(page, "every Pod shares one database: run it once, in any Pod")
