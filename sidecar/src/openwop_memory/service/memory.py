@@ -588,7 +588,8 @@ class MemoryService:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
         with self._runs.using(handle):
             keyring = await self._keyrings.for_run(handle)
-            request = await policy.redacted_request(keyring, scope, params, expires_us)
+            uid = CALLER_UID.get()
+            request = await policy.redacted_request(keyring, scope, params, expires_us, uid)
         # From the redacted content only: no secret can reach the vector.
         vector = await self._embedding.vector(request.content)
         if vector is not None:
