@@ -489,10 +489,11 @@ class Server:
         uid = None if peer is None else peer.uid
         try:
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
-            # Tenant binding governs the workers' socket; the admin socket is the operator's.
-            if self._binding.active and dispatcher is self.dispatcher:
-                tenants = self._binding.tenants_for(peer)
-                take_line = functools.partial(dispatcher.take_line, tenants=tenants)
+            # Tenant binding, and the per-uid shares of open runs and keyring memory, govern
+            # the workers' socket; the admin socket is the operator's, not a worker's.
+            if dispatcher is self.dispatcher:
+                tenants = self._binding.tenants_for(peer) if self._binding.active else None
+                take_line = functools.partial(dispatcher.take_line, tenants=tenants, uid=uid)
             conn = Connection(
                 take_line,
                 dispatcher.oversized,
