@@ -13,6 +13,8 @@ turn and an open store of it, for the tests of the storage layer itself.
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -102,6 +104,17 @@ def isolated_environment() -> Iterator[None]:
         for name in inherited_settings(os.environ):
             patch.delenv(name)
         yield
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory another Unix user can reach (pytest's are 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="owm-uid-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 @pytest.fixture

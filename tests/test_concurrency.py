@@ -276,10 +276,19 @@ def test_pipelined_requests_are_matched_by_id(sidecar: Sidecar, rpc: RawClient) 
 
     # Notifications are not answered: the next line is the answer to a fresh request.
     assert rpc.call("sidecar.health")["status"] == "ok"
-    begin(rpc, "after")
-    contents = {e["content"] for e in list_all(rpc, "after", ref)}
-    assert {f"{notified} {i}" for i in range(0, 60, 10)} <= contents
-    assert {f"pipelined put {i}" for i in range(60)} <= contents
+    # Every answered put is inside a run begun after its answer; a notification's put is
+    # never acknowledged, so it is only known to commit eventually (the last one may still
+    # be in progress on PostgreSQL when the answers above are all in).
+    runs = (f"after-{n}" for n in itertools.count())
+
+    def notified_puts_committed() -> bool:
+        run = next(runs)
+        begin(rpc, run)
+        contents = {e["content"] for e in list_all(rpc, run, ref)}
+        assert {f"pipelined put {i}" for i in range(60)} <= contents
+        return {f"{notified} {i}" for i in range(0, 60, 10)} <= contents
+
+    wait_for(notified_puts_committed, 10, "the notifications' puts to commit")
 
 
 def test_racing_idempotent_puts_and_deletes(sidecar: Sidecar, rpc: RawClient) -> None:

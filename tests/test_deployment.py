@@ -8,16 +8,22 @@
 - Every Kubernetes manifest validates offline against the API schemas of the versions it
   targets (``kubernetes-validate --strict``), and its sidecar's probes and resources agree
   with its own settings and with the measured figures.
+- Every manifest's sidecar has an admin socket on a volume no other container mounts, and
+  a sidecar started with a manifest's settings serves it to the operator's commands run
+  with nothing but the container's environment (as ``kubectl exec -c memory`` runs them).
 - The Dockerfile installs from the hashed lock, builds in a stage of its own, and runs as
   a numeric non-root user with STOPSIGNAL and a HEALTHCHECK.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 import tomllib
@@ -32,8 +38,10 @@ import yaml
 from openwop_memory.config import Settings, host_and_port, load_settings
 from openwop_memory.server import descriptors_wanted
 from packaging.requirements import Requirement
+from support.backends import BACKENDS
 from support.deploy_tools import ensure_deploy_tools
-from support.sidecar import RawClient, Sidecar, unmeasured
+from support.protocol import issue, listing, put
+from support.sidecar import RawClient, Sidecar, run_cli, unmeasured
 
 pytestmark = [
     pytest.mark.backend_independent,
@@ -409,7 +417,10 @@ def test_the_sidecar_s_probes_and_resources_fit(name: str, measured: Measured) -
     per_connection = int(env.get("OPENWOP_MEMORY_MAX_REQUEST_BYTES", 1 << 20)) + 2 * int(
         env.get("OPENWOP_MEMORY_MAX_UNSENT_ANSWER_BYTES", 4 << 20)
     )
-    connections = int(env["OPENWOP_MEMORY_MAX_CONNECTIONS"]) * per_connection
+    # The admin socket's connections hold what a worker's may.
+    settings = manifest_settings(sidecar)
+    assert settings.admin_socket is not None
+    connections = (settings.max_connections + settings.max_admin_connections) * per_connection
     assert limit >= measured.load.peak_rss_mib * _MEBI + keyrings + connections
 
 
@@ -475,6 +486,133 @@ def test_the_manifest_keeps_the_sidecar_s_listeners_to_their_parties(name: str) 
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
         assert "configMap" in volume or "secret" in volume
     assert bool(urls) == (name == "fleet-postgresql.yaml")
+
+
+def _mounts(container: dict[str, Any]) -> dict[str, str]:
+    """mountPath -> volume name of ``container``'s mounts."""
+    return {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+
+
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_the_sidecar_has_an_admin_socket_the_worker_cannot_reach(name: str) -> None:
+    """The admin socket (its methods cross tenants) is set, in a directory that is a
+    volume of its own, an ``emptyDir`` that the sidecar container alone mounts: not the
+    socket volume the worker shares, and in no other container of the Pod."""
+    (workload,) = [d for d in _documents(name) if d["kind"] in ("Deployment", "StatefulSet")]
+    pod = workload["spec"]["template"]["spec"]
+    sidecar = _sidecar(workload)
+    settings = manifest_settings(sidecar)
+    assert settings.admin_socket is not None, f"{name}: no admin socket"
+    directory = os.path.dirname(settings.admin_socket)
+    volume = _mounts(sidecar).get(directory)
+    assert volume is not None, f"{name}: {directory} is not a volume of the sidecar's"
+    assert volume != _mounts(sidecar)[os.path.dirname(settings.socket)]
+    (spec,) = [v for v in pod["volumes"] if v["name"] == volume]
+    assert "emptyDir" in spec, spec
+    others = [
+        c
+        for c in [*pod.get("initContainers", []), *pod["containers"]]
+        if c["name"] != sidecar["name"]
+    ]
+    assert others
+    for container in others:
+        assert volume not in _mounts(container).values(), (name, container["name"])
+        assert settings.admin_socket not in str(container.get("env", [])), container["name"]
+
+
+def _in_root(root: Path, value: str) -> str:
+    """``value`` (a path, or a SQLite URL of one) moved under ``root``."""
+    if value.startswith("sqlite:///"):
+        return f"sqlite:///{root}{value.removeprefix('sqlite:///')}"
+    return f"{root}{value}" if value.startswith("/") else value
+
+
+def import_pod() -> dict[str, Any]:
+    """The one-off Pod kubernetes/README.md imports in."""
+    text = KUBERNETES_README.read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    found = [yaml.safe_load(block) for block in blocks]
+    (pod,) = [d for d in found if isinstance(d, dict) and d.get("kind") == "Pod"]
+    return dict(pod)
+
+
+@contextlib.contextmanager
+def pod_root(container: dict[str, Any]) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A scratch root holding ``container``'s mount points, and its literal environment
+    with every path moved under the root (no metrics listener)."""
+    root = Path(tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))  # short: socket paths
+    try:
+        env = {k: _in_root(root, v) for k, v in _env(container).items()}
+        if "OPENWOP_MEMORY_METRICS_ADDRESS" in env:
+            env["OPENWOP_MEMORY_METRICS_ADDRESS"] = ""
+        for mount in _mounts(container):
+            (root / mount.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        yield root, env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _sqlite_file(env: dict[str, str]) -> Path:
+    return Path(env["OPENWOP_MEMORY_DATABASE"].removeprefix("sqlite:///"))
+
+
+def _manifest_sidecar(root: Path, env: dict[str, str], *args: str) -> Sidecar:
+    return Sidecar(
+        root,
+        *args,
+        database=_sqlite_file(env),
+        socket_path=Path(env["OPENWOP_MEMORY_SOCKET"]),
+        env=env,
+        backend=BACKENDS["sqlite"],
+    )
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(MANIFESTS) if n != "fleet-postgresql.yaml"])
+def test_the_manifest_s_sidecar_answers_the_operator_s_commands(name: str) -> None:
+    """A sidecar started with the manifest's settings (every path moved under a scratch
+    root) answers ``inspect runs``, ``backup``, ``forget`` and serves ``export``, each run
+    with the container's environment alone, as ``kubectl exec POD -c memory --`` runs them,
+    and advertises ``retention.forget``; the export, imported in the page's one-off Pod
+    (its environment alone), gives a database the manifest's sidecar serves, with
+    ``create_database`` false, to the refs issued before."""
+    (workload,) = [d for d in _documents(name) if d["kind"] in ("Deployment", "StatefulSet")]
+    with (
+        pod_root(_sidecar(workload)) as (root, env),
+        pod_root(import_pod()["spec"]["containers"][0]) as (import_root, import_env),
+    ):
+        data = _sqlite_file(env).parent
+        with _manifest_sidecar(root, env) as sidecar, sidecar.client() as client:
+            caps = client.call("host.capabilities")
+            ref = issue(client, "acme", "agent")
+            client.call("run.begin", runId="k8s-run", tenant="acme")
+            put(client, "k8s-run", ref, "about user 42", ["subject:user-42"])
+            put(client, "k8s-run", ref, "about nobody", ["subject:other"])
+            inspected = run_cli("inspect", "runs", "--json", env=env)
+            backed = run_cli("backup", str(data / "backup.db"), env=env)
+            forgotten = run_cli("forget", "acme", "user-42", "--json", env=env)
+            exported = run_cli("export", str(data / "memory.ndjson"), env=env)
+        assert caps["capabilities"]["memory"]["retention"]["forget"] is True
+        assert inspected.returncode == 0, inspected.stderr
+        assert "k8s-run" in inspected.stdout
+        assert backed.returncode == 0, backed.stderr
+        assert (data / "backup.db").stat().st_size > 0
+        assert forgotten.returncode == 0, forgotten.stderr
+        assert '"forgotten": 1' in forgotten.stdout, forgotten.stdout
+        assert exported.returncode == 0, exported.stderr
+
+        claim = _sqlite_file(import_env).parent
+        assert claim == import_root / data.relative_to(root), "the Pod mounts the claim there"
+        shutil.copy(data / "memory.ndjson", claim / "memory.ndjson")
+        imported = run_cli("import", str(claim / "memory.ndjson"), env=import_env)
+        assert imported.returncode == 0, imported.stderr
+        moved = {**env, "OPENWOP_MEMORY_DATABASE": import_env["OPENWOP_MEMORY_DATABASE"]}
+        moved["OPENWOP_MEMORY_CREATE_DATABASE"] = "false"
+        moved["OPENWOP_MEMORY_SOCKET"] = str(import_root / "memory.sock")
+        moved["OPENWOP_MEMORY_ADMIN_SOCKET"] = str(import_root / "admin.sock")
+        with _manifest_sidecar(import_root, moved) as sidecar, sidecar.client() as client:
+            client.call("run.begin", runId="after-import", tenant="acme")
+            seen = [e["content"] for e in listing(client, "after-import", ref)]
+        assert seen == ["about nobody"]
 
 
 # -- the image ----------------------------------------------------------------------------

@@ -11,15 +11,19 @@ tests/test_systemd_install.py.
 
 from __future__ import annotations
 
+import argparse
 import configparser
 import inspect
 import json
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
+from openwop_memory import cli_admin, cli_transfer
 from openwop_memory.cli import _health_parser
 from openwop_memory.config import Settings, load_settings
 from openwop_memory.server import descriptors_wanted
@@ -34,6 +38,7 @@ from test_deployment import (
     _health_timeout,
     _prose,
     _sidecar,
+    import_pod,
     measure_load,
     measure_probe,
 )
@@ -291,10 +296,12 @@ def test_the_kubernetes_page_quotes_the_listeners_bounds() -> None:
     _says(page, f"`OPENWOP_MEMORY_METRICS_MAX_CONNECTIONS` ({metrics_cap} here) connections")
     wanted = {descriptors_wanted(load_settings({}, environ=env)) for env in envs.values()}
     (sum_,) = wanted
+    admin = int(one("OPENWOP_MEMORY_MAX_ADMIN_CONNECTIONS"))
     _says(
         page,
-        f"its {total} worker connections (`max_connections`), {metrics_cap} scrapes and "
-        f"{sum_ - total - int(metrics_cap)} of its own (the database, the loop, logs), "
+        f"its {total} worker connections (`max_connections`), {metrics_cap} scrapes, "
+        f"{admin} admin connections (`max_admin_connections`) and "
+        f"{sum_ - total - int(metrics_cap) - admin} of its own (the database, the loop, logs), "
         f"{sum_} in all",
     )
     _says(page, f"Of the {total}, the worker's user holds at most {per_uid}")
@@ -325,7 +332,9 @@ def test_the_kubernetes_page_quotes_the_resources() -> None:
         _says(
             page,
             f"{env['OPENWOP_MEMORY_MAX_CONNECTIONS']} connections (`max_connections`, one "
-            f"worker per Pod) each with a request line ({line} MiB) and its answers: about "
+            f"worker per Pod) and {env['OPENWOP_MEMORY_MAX_ADMIN_CONNECTIONS']} admin "
+            "connections (`max_admin_connections`) each with a request line "
+            f"({line} MiB) and its answers: about "
             f"{2 * unsent} MiB a connection, twice `max_unsent_answer_bytes` ({unsent} MiB)",
         )
     load = inspect.signature(measure_load).parameters
@@ -390,3 +399,141 @@ def test_the_kubernetes_page_s_commands_name_what_the_manifests_use() -> None:
         assert {"name": "metrics", "containerPort": int(address.group(2))} in sidecar["ports"]
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == address.group(2)
+
+
+# -- kubernetes/README.md: the operator's commands ----------------------------------------
+
+_OPERATOR_COMMANDS = ("inspect", "backup", "forget", "export", "import")
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def _operator_command_lines(text: str) -> list[list[str]]:
+    """The arguments after ``openwop-memory`` of every operator command in the page's
+    shell blocks, up to the end of the shell command (``;``, ``|``, ``>``, ``#``)."""
+    found = []
+    for block in _fenced(text, "sh"):
+        for match in re.finditer(
+            rf"openwop-memory ((?:{'|'.join(_OPERATOR_COMMANDS)})\b[^;|&>#\n]*)", block
+        ):
+            found.append(shlex.split(match.group(1)))
+    return found
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed by the parser ``openwop-memory`` hands it to; AssertionError when
+    that parser refuses it (an unknown flag, a missing argument)."""
+    parser = cli_transfer._parser() if argv[0] in ("export", "import") else cli_admin._parser()
+    try:
+        return parser.parse_args(argv)
+    except SystemExit:
+        raise AssertionError(f"openwop-memory {' '.join(argv)} is refused by its parser") from None
+
+
+def test_the_kubernetes_page_runs_every_operator_command_in_the_sidecar_container() -> None:
+    """Each of inspect, backup, forget, export and import is shown run in a Pod with
+    arguments its parser accepts, and with no --admin-socket or --database: the sidecar
+    container's environment names both (the manifests set them)."""
+    page = KUBERNETES / "README.md"
+    text = page.read_text()
+    commands = _operator_command_lines(text)
+    assert {argv[0] for argv in commands} == set(_OPERATOR_COMMANDS), commands
+    for argv in commands:
+        args = _parse(argv)
+        assert getattr(args, "admin_socket", None) is None, argv
+        assert getattr(args, "database", None) is None, argv
+    for block in _fenced(text, "sh"):
+        for line in block.splitlines():
+            if re.search(rf"openwop-memory (?:{'|'.join(_OPERATOR_COMMANDS)})\b", line):
+                assert re.search(r"kubectl exec \S+ -c memory -- openwop-memory ", line), line
+    for workload in _workloads().values():
+        env = _env(_sidecar(workload))
+        assert env["OPENWOP_MEMORY_ADMIN_SOCKET"] in text
+    _says(
+        page,
+        "At most `OPENWOP_MEMORY_MAX_ADMIN_CONNECTIONS` "
+        f"({_env(_sidecar(_workloads()['deployment.yaml']))['OPENWOP_MEMORY_MAX_ADMIN_CONNECTIONS']}"
+        " here) commands at once",
+    )
+
+
+def test_the_kubernetes_page_forgets_in_every_pod_of_the_statefulset() -> None:
+    """forget is shown in a loop over the StatefulSet's Pods (by its Pods' label), the
+    retained claims of scaled-down Pods are named, and the fleet runs it once."""
+    page = KUBERNETES / "README.md"
+    statefulset = _workloads()["statefulset.yaml"]
+    labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    ((key, value),) = labels.items()
+    loops = [
+        block
+        for block in _fenced(page.read_text(), "sh")
+        if re.search(rf"for pod in \$\(kubectl get pods -l {key}={value} -o name\)", block)
+    ]
+    (loop,) = loops
+    assert 'kubectl exec "$pod" -c memory -- openwop-memory forget ' in loop
+    retention = statefulset["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"]
+    (template,) = statefulset["spec"]["volumeClaimTemplates"]
+    replicas = statefulset["spec"]["replicas"]
+    name = statefulset["metadata"]["name"]
+    _says(page, f"The claims outlive a scale-down (`whenScaled: {retention}`)")
+    _says(
+        page,
+        f"(`{template['metadata']['name']}-{name}-{replicas}` after scaling down to {replicas}) "
+        "still holds its entries",
+    )
+    _says(page, "every Pod shares one database: run it once, in any Pod")
+
+
+def test_the_kubernetes_page_s_import_pod_matches_the_manifest() -> None:
+    """The one-off Pod the page imports in validates offline, runs the sidecar's image as
+    its user, mounts the claim ``deployment.yaml`` names at the same path, and gives the
+    import the settings a put of the sidecar applies (so imported entries are redacted as
+    the workers' are); the claim it names for a StatefulSet Pod is that Pod's."""
+    page = KUBERNETES / "README.md"
+    text = page.read_text()
+    pod = import_pod()
+    versions = {v for n, vs in MANIFESTS.items() if "pre-1.29" not in n for v in vs}
+    for version in sorted(versions):
+        kubernetes_validate.validate(pod, version, strict=True)
+    documents = _documents("deployment.yaml")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    sidecar = _sidecar(deployment)
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    template = deployment["spec"]["template"]["spec"]
+    for key in ("runAsUser", "runAsGroup", "fsGroup"):
+        assert spec["securityContext"][key] == template["securityContext"][key], key
+    (container,) = spec["containers"]
+    assert container["image"] == sidecar["image"]
+    env = _env(container)
+    sidecar_env = _env(sidecar)
+    for variable in (
+        "OPENWOP_MEMORY_DATABASE",
+        "OPENWOP_MEMORY_REDACTION",
+        "OPENWOP_MEMORY_SECRETS_DIR",
+        "OPENWOP_MEMORY_MAX_KEYRING_MEMORY_BYTES",
+        "OPENWOP_MEMORY_CREDENTIAL_PATTERNS",
+        "OPENWOP_MEMORY_MAX_ENTRY_SIZE_BYTES",
+    ):
+        assert env.get(variable) == sidecar_env.get(variable), variable
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    sidecar_mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    sidecar_volumes = {v["name"]: v for v in template["volumes"]}
+    for path in ("/var/lib/openwop-memory", sidecar_env["OPENWOP_MEMORY_SECRETS_DIR"]):
+        assert volumes[mounts[path]] == sidecar_volumes[sidecar_mounts[path]], path
+    (claim,) = [d for d in documents if d["kind"] == "PersistentVolumeClaim"]
+    assert f"for `deployment.yaml` it is `{claim['metadata']['name']}`" in _prose(text)
+    statefulset = _workloads()["statefulset.yaml"]
+    (claims,) = statefulset["spec"]["volumeClaimTemplates"]
+    _says(
+        page,
+        f"the claim of Pod `{statefulset['metadata']['name']}-N` is "
+        f"`{claims['metadata']['name']}-{statefulset['metadata']['name']}-N`",
+    )
+    # The workload is stopped first, and the Pod's name is the one the commands use.
+    steps = "\n".join(_fenced(text, "sh"))
+    assert "kubectl scale deployment/agent-worker --replicas=0" in steps
+    assert f"kubectl exec {pod['metadata']['name']} -c memory -- openwop-memory import" in steps

@@ -14,7 +14,6 @@ import os
 import resource
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, suppress
@@ -229,17 +228,6 @@ class Holder:
             self._release = -1
             os.waitpid(self.pid, 0)
             self._report.close()
-
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A directory another Unix user can reach (pytest's are 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="owm-uid-", dir="/tmp"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")

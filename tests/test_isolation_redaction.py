@@ -234,10 +234,9 @@ def test_a_maximal_keyring_compile_leaves_other_connections_served(tmp_path: Pat
     assert 0 < held <= runs * MAX_KEYRING_ESTIMATE, f"{held / runs / 2**20:.1f} MiB a run"
 
 
-@pytest.mark.anyio
-async def test_tenants_take_turns_at_the_redaction_thread() -> None:
-    """Tenant a queues five redactions, then b one: b's runs second, not sixth (a first-come
-    queue made another tenant's large put wait 6.35 s behind a burst in the test above)."""
+async def order_of_turns(queued: list[tuple[str, str, int | None]]) -> list[str]:
+    """The order in which work named ``name`` ran, queued for each ``(tenant, name, uid)``
+    in turn while the first one held the redaction thread."""
     turns = RedactionTurns()
     order: list[str] = []
     gate = threading.Event()
@@ -248,10 +247,32 @@ async def test_tenants_take_turns_at_the_redaction_thread() -> None:
         return name
 
     async with anyio.create_task_group() as tg:
-        for i in range(5):
-            tg.start_soon(turns.run, "a", partial(work, f"a{i}"))
-            await anyio.sleep(0.01)
-        tg.start_soon(turns.run, "b", partial(work, "b0"))
-        await anyio.sleep(0.01)
+        for tenant, name, uid in queued:
+            tg.start_soon(turns.run, tenant, partial(work, name), uid)
+            await anyio.sleep(0.005)
         gate.set()
+    return order
+
+
+@pytest.mark.anyio
+async def test_tenants_take_turns_at_the_redaction_thread() -> None:
+    """Tenant a queues five redactions, then b one: b's runs second, not sixth (a first-come
+    queue made another tenant's large put wait 6.35 s behind a burst in the test above)."""
+    queued: list[tuple[str, str, int | None]] = [("a", f"a{i}", None) for i in range(5)]
+    order = await order_of_turns([*queued, ("b", "b0", None)])
     assert order == ["a0", "b0", "a1", "a2", "a3", "a4"]
+
+
+@pytest.mark.anyio
+async def test_users_take_turns_at_the_redaction_thread_before_tenants() -> None:
+    """User 9 queues three redactions for each of 8 tenant names, then user 0 one: user
+    0's runs second (after the one running), not after one of each name; within user 9
+    the tenants take turns. Before, turns went by tenant alone: one process spreading its
+    puts over tenant names took a turn for each."""
+    queued: list[tuple[str, str, int | None]] = [
+        (f"name-{n}", f"n{n}.{i}", 9) for i in range(3) for n in range(8)
+    ]
+    order = await order_of_turns([*queued, ("acme", "acme", 0)])
+    assert order[:2] == ["n0.0", "acme"]
+    assert order[2:10] == [f"n{n}.{'0' if n else '1'}" for n in range(1, 8)] + ["n0.1"]
+    assert len(order) == 25

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 from typing import Any
+
+from openwop_memory_client.wire import VENDOR_FILTER
 
 from support.names import uid
 from support.schemas import check_entry, check_envelope
@@ -238,13 +241,24 @@ def listing(client: RawClient, run: str, ref: str, **options: Any) -> list[dict[
 
 
 def list_all(client: RawClient, run: str, ref: str) -> list[dict[str, Any]]:
-    """Every entry ``run`` sees in ``ref``: one page of the most ``memory.list`` gives (1000),
-    with AssertionError if it is full, as it might not be all. Unchecked, so that thousands of
-    entries cost nothing; callers compare them with what ``put`` returned (and checked)."""
-    page = client.call("memory.list", runId=run, memoryRef=ref, options={"limit": 1000})
-    assert isinstance(page, list), page
-    assert len(page) < 1000, "a scope filled the list cap; the check would be incomplete"
-    return page
+    """Every entry ``run`` sees in ``ref``, newest first: pages of ``memory.list`` (at most
+    1000 entries, and at most ``max_answer_bytes`` of them), each read on from the last
+    entry's ``createdAt``, until a page brings nothing new. Entries of one commit can share
+    a ``createdAt``, so each page reads from 1 µs after it and skips the ids already read.
+    Unchecked, so that thousands of entries cost nothing; callers compare them with what
+    ``put`` returned (and checked)."""
+    entries: dict[str, dict[str, Any]] = {}
+    options: dict[str, Any] = {"limit": 1000}
+    while True:
+        page = client.call("memory.list", runId=run, memoryRef=ref, options=options)
+        assert isinstance(page, list), page
+        new = [entry for entry in page if entry["id"] not in entries]
+        if not new:
+            return list(entries.values())
+        entries.update((entry["id"], entry) for entry in new)
+        last = datetime.fromisoformat(page[-1]["createdAt"].replace("Z", "+00:00"))
+        before = (last + timedelta(microseconds=1)).isoformat()
+        options = {"limit": 1000, VENDOR_FILTER: {"createdBefore": before}}
 
 
 def get(client: RawClient, run: str, ref: str, entry_id: str) -> dict[str, Any] | None:

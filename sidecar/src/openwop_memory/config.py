@@ -251,8 +251,9 @@ class Settings(BaseModel):
         10_000,
         ge=1,
         description="runs holding a handle in this process at once; past it the least "
-        "recently used run of the tenant holding the most runs is dropped (its next put "
-        "answers not_found and the client begins it again)",
+        "recently used run of the tenant holding the most runs, of the Unix user (peer "
+        "uid) holding the most, is dropped (its next put answers not_found and the client "
+        "begins it again)",
     )
     run_idle_timeout: SecondsOrOff = Field(
         300.0,
@@ -276,8 +277,9 @@ class Settings(BaseModel):
         256 << 20,
         ge=64 << 10,
         description="estimated memory of all compiled keyrings (open runs' and cached host "
-        "keyrings); past it the least recently used idle runs are evicted, and a keyring "
-        "that cannot get room is refused with rate_limited",
+        "keyrings); past it the least recently used idle runs of the party most over its "
+        "share (Unix user, then tenant) are evicted, and a keyring that cannot get room is "
+        "refused with rate_limited",
     )
     max_inflight: int = Field(
         4096, ge=1, description="requests in progress at once; more is rate_limited"

@@ -32,6 +32,7 @@ import resource
 import signal
 import socket
 import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -58,6 +59,12 @@ log = structlog.get_logger("openwop_memory.server")
 # its companions on every SQLite connection, the event loop, logs, the secrets directory.
 _RESERVED_DESCRIPTORS = 64
 REFUSAL_RETRY_AFTER_MS = 250
+# How long a thread holding the GIL may run before the event loop, waiting for it, gets it
+# back. Large entries are redacted and keyrings compiled on threads, mostly in Python; at
+# the interpreter's 5 ms a burst of either held every other connection's request for
+# several slices (`make bench`'s "under attack" rows 3 and 8: a bystander's get p99 16 and
+# 25 ms at 5 ms, 5 and 7.5 ms at 0.5 ms, the attacker's own puts no slower).
+GIL_SWITCH_INTERVAL = 0.0005
 
 
 async def serve(settings: Settings) -> None:
@@ -326,6 +333,7 @@ class Server:
         listener = listening.listener
         notify = self._systemd.notify
         gcpolicy.settle_after_startup()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._watch_signals)
@@ -489,10 +497,11 @@ class Server:
         uid = None if peer is None else peer.uid
         try:
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 - not Django
-            # Tenant binding governs the workers' socket; the admin socket is the operator's.
-            if self._binding.active and dispatcher is self.dispatcher:
-                tenants = self._binding.tenants_for(peer)
-                take_line = functools.partial(dispatcher.take_line, tenants=tenants)
+            # Tenant binding, and the per-uid shares of open runs and keyring memory, govern
+            # the workers' socket; the admin socket is the operator's, not a worker's.
+            if dispatcher is self.dispatcher:
+                tenants = self._binding.tenants_for(peer) if self._binding.active else None
+                take_line = functools.partial(dispatcher.take_line, tenants=tenants, uid=uid)
             conn = Connection(
                 take_line,
                 dispatcher.oversized,

@@ -75,13 +75,13 @@ class KeyringCache:
                 return EMPTY_KEYRING
             generation = host.generation
             return await self._host_keyrings.get(
-                handle.tenant, generation, host.values_for(handle.tenant)
+                handle.tenant, generation, host.values_for(handle.tenant), handle.uid
             )
         if handle.keyring is not None and (host is None or handle.generation == host.generation):
             return handle.keyring
         values = handle.values
         generation, keyed = self.source(handle.tenant, values)
-        with self._compiler.reserving(keyed, handle.tenant) as nbytes:
+        with self._compiler.reserving(keyed, handle.tenant, handle.uid) as nbytes:
             keyring = await self._compiler.compile(keyed)
             if handle.values is values:  # else a merge compiled a newer one meanwhile
                 handle.keyring, handle.generation = keyring, generation

@@ -88,6 +88,10 @@ class ServiceConfig:
 # (binding off, or ``*``). The dispatcher sets it before each call; a call naming a run by id
 # alone considers only these tenants' runs of that id (see "which run a call means").
 BOUND_TENANTS: ContextVar[frozenset[str] | None] = ContextVar("bound_tenants", default=None)
+# The Unix user (peer uid) of the workers' connection being served; None: no worker's (the
+# admin socket, a connection the kernel gave no credentials for). The dispatcher sets it
+# before each call; ``run.begin`` charges the run to it (see ``runs.py``).
+CALLER_UID: ContextVar[int | None] = ContextVar("caller_uid", default=None)
 
 _Run = TypeVar("_Run", RunHandle, RunRecord, RunHandle | RunRecord)
 
@@ -280,15 +284,17 @@ class MemoryService:
 
     async def run_begin(self, params: RunBeginParams) -> dict[str, Any]:
         key = RunKey(params.tenant, params.runId)
+        uid = CALLER_UID.get()
         handle = self._runs.get(key)
         if handle is not None:
+            self._runs.claim(handle, uid)
             await self._add_secrets(handle, params.secrets)
             return _run_begin_answer(handle, resumed=True)
         # Check the secrets, and make room for their keyring, before touching storage, so a
         # refused begin writes nothing.
         values = merged_values({}, params.secrets, self._config.max_run_secret_bytes) or {}
         generation, keyed = self._keyrings.source(params.tenant, values)
-        with self._compiler.reserving(keyed, params.tenant) as nbytes:
+        with self._compiler.reserving(keyed, params.tenant, uid) as nbytes:
             keyring = await self._compiler.compile(keyed) if values else None
             now = self._storage.clock_us()
             result = await self._storage.begin_run(
@@ -310,11 +316,13 @@ class MemoryService:
                     values=values,
                     keyring=keyring,
                     generation=generation,
+                    uid=uid,
                 )
                 self._runs.add(handle)
                 if keyring is not None:
                     self._runs.charge(handle, nbytes)
                 return _run_begin_answer(handle, resumed=resumed)
+        self._runs.claim(handle, uid)
         await self._add_secrets(handle, params.secrets)
         return _run_begin_answer(handle, resumed=resumed)
 
@@ -336,7 +344,7 @@ class MemoryService:
                 if values is None:
                     return
                 generation, keyed = self._keyrings.source(handle.tenant, values)
-                with self._compiler.reserving(keyed, handle.tenant) as nbytes:
+                with self._compiler.reserving(keyed, handle.tenant, handle.uid) as nbytes:
                     keyring = await self._compiler.compile(keyed)
                     # Another merge may have finished while this one compiled; then merge
                     # again on top of it, or its secrets would be lost.
@@ -580,7 +588,8 @@ class MemoryService:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
         with self._runs.using(handle):
             keyring = await self._keyrings.for_run(handle)
-            request = await policy.redacted_request(keyring, scope, params, expires_us)
+            uid = CALLER_UID.get()
+            request = await policy.redacted_request(keyring, scope, params, expires_us, uid)
         # From the redacted content only: no secret can reach the vector.
         vector = await self._embedding.vector(request.content)
         if vector is not None:

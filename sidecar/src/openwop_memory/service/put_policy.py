@@ -101,16 +101,18 @@ class PutPolicy:
         scope: Scope,
         params: PutParams,
         expires_us: int | None,
+        uid: int | None = None,
     ) -> PutRequest:
         """The entry of ``params``, redacted with ``keyring``, as storage stores it in
         ``scope``: empty and repeated tags dropped, the digest over the redacted entry, the
-        idempotency key as a keyed digest.
+        idempotency key as a keyed digest. ``uid``: the caller's Unix user, whose turn at
+        the redaction thread a large entry waits for.
 
         :raises SecretLeakageError: the policies refuse what was found, or a secret
             survived rewriting (``details.field``, ``details.secretIds``).
         :raises ValidationError: a tag is longer than allowed once redacted.
         """
-        content, tags = await self.redacted_entry(keyring, scope.tenant, params.entry)
+        content, tags = await self.redacted_entry(keyring, scope.tenant, params.entry, uid)
         # The digest is over the redacted entry, so no secret value enters it.
         digest = hashlib.sha256(orjson.dumps([content, tags, expires_us])).digest()
         # Keys are stored as keyed digests: a worker may well derive them from content.
@@ -118,7 +120,7 @@ class PutPolicy:
         return PutRequest(scope, content, tags, expires_us, key, digest)
 
     async def redacted_entry(
-        self, keyring: Keyring, tenant: str, entry: EntryInput
+        self, keyring: Keyring, tenant: str, entry: EntryInput, uid: int | None = None
     ) -> tuple[str, tuple[str, ...]]:
         """``entry``'s content and tags as a put of ``tenant`` stores them: redacted with
         ``keyring``, empty and repeated tags dropped. An import applies it to each line as
@@ -130,7 +132,7 @@ class PutPolicy:
         """
         # Tags are redacted as sent, so every field name below indexes the request's tags;
         # empty and repeated tags are dropped afterwards.
-        redacted = await self._redact(keyring, tenant, entry)
+        redacted = await self._redact(keyring, tenant, entry, uid)
         refused = self._refused(redacted)
         if refused:
             self._stats.refusals["survived" if redacted.leaked else _kind(refused[0])] += 1
@@ -155,15 +157,18 @@ class PutPolicy:
                 )
         return redacted.content, _unique_nonempty(redacted.tags)
 
-    async def _redact(self, keyring: Keyring, tenant: str, entry: EntryInput) -> Redacted:
+    async def _redact(
+        self, keyring: Keyring, tenant: str, entry: EntryInput, uid: int | None
+    ) -> Redacted:
         """Redact ``entry``; a large one in a worker thread, so small requests are not held
         up behind it (the README's redaction benchmark gives the cost by size), one at a
-        time and tenants in turn (see ``redaction_turns.py``)."""
+        time, users and then their tenants in turn (see ``redaction_turns.py``)."""
         args = (keyring, entry.content, tuple(entry.tags))
         patterns = self.credential_patterns
         if len(entry.content) + sum(map(len, entry.tags)) <= _INLINE_REDACTION_CHARS:
             return redact_entry(*args, patterns=patterns)
-        return await self._turns.run(tenant, partial(redact_entry, *args, patterns=patterns))
+        work = partial(redact_entry, *args, patterns=patterns)
+        return await self._turns.run(tenant, work, uid)
 
     def _refused(self, redacted: Redacted) -> tuple[Finding, ...]:
         """The findings the policies refuse to store rather than rewrite (first field first)."""

@@ -4,26 +4,38 @@ Secrets live only here, in memory, and go away at ``run.end`` (or when the handl
 evicted). An evicted run is not lost: its snapshot is persisted, and a put on it answers
 ``not_found`` so the client re-begins it with its secrets.
 
-Handles are evicted for three reasons, each bounded per party (tenant):
+Handles are evicted for three reasons, each bounded per party:
 
-- past ``max_open`` open runs, the least recently used run of the tenant holding the most
-  runs goes: that tenant is over its fair share (``max_open`` over the tenants with open
-  runs), so a tenant within its share never loses a run to another's flood, and a tenant
+- past ``max_open`` open runs, a run of the party most over its fair share goes. Shares are
+  split twice: first between the Unix users (peer uids) that began open runs, then, within
+  a user's share, between the tenants it holds runs of. The run taken is the least recently
+  used one of the tenant holding the most runs of the user holding the most: that user is
+  over its share (``max_open`` over the users with open runs) and that tenant over its own
+  (the user's share over the user's tenants), so a tenant within its share never loses a
+  run to another's flood, even one spread over many tenant names by one process (the
+  names are free to choose without tenant binding; the uid is the kernel's). A party
   flooding loses its own oldest runs rather than being refused (a run it re-uses is simply
   begun again, as after a restart);
 - for keyring memory, as :class:`~.keyring_memory.KeyringBudget` decides (the same rule, in
   bytes);
 - a run unused for ``idle_timeout`` seconds (a worker that crashed, or forgot ``run.end``)
   gives its memory back, so abandoned runs do not accumulate.
+
+A run is charged to the uid that began it last: a ``run.begin`` of an open run by another
+user moves the run (and its keyring's bytes) to that user's share. That gives the second
+user nothing it did not have: a process that may name the run's tenant may end the run.
+The uid is ``None`` for calls that come from no worker's connection (the admin socket; a
+connection the kernel gave no credentials for): they form a party of their own.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from openwop_memory_client import ValidationError
 from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
@@ -31,6 +43,11 @@ from openwop_memory_client.wire import MAX_SECRETS, SecretSpec
 from ..redaction import Keyring
 from ..storage.base import RunKey, Snapshot
 from .keyring_memory import KeyringBudget
+
+_K = TypeVar("_K", bound=Hashable)
+# Who an open run is charged to: the uid that began it (None: no worker's connection), and
+# its tenant within that uid's share.
+Party = tuple[int | None, str]
 
 
 def merged_values(
@@ -87,57 +104,109 @@ class RunHandle:
     busy: int = 0
     # When it was last used (the registry's clock): what idleness is measured from.
     used_at: float = 0.0
+    # The Unix user (peer uid) that began the run last, whose share it is charged to.
+    uid: int | None = None
     # What names the run: the registry's key, made once (it is read on every request).
     key: RunKey = field(init=False)
 
     def __post_init__(self) -> None:
         self.key = RunKey(self.tenant, self.run_id)
 
+    @property
+    def party(self) -> Party:
+        """Who the run is charged to: its uid, then its tenant within that uid's share."""
+        return (self.uid, self.tenant)
 
-class _Largest:
-    """How many runs each tenant holds, and one of the tenants holding the most, at O(1)
-    per change (counts move by one, so the largest count falls by at most one at a time)."""
+
+class _Largest(Generic[_K]):
+    """How many runs each holder (a uid, or a tenant of one uid) holds, and one of the
+    holders holding the most, at O(1) per change (counts move by one, so the largest count
+    falls by at most one at a time)."""
 
     def __init__(self) -> None:
-        self._count: dict[str, int] = {}
-        self._by_count: dict[int, dict[str, None]] = {}
+        self._count: dict[_K, int] = {}
+        self._by_count: dict[int, dict[_K, None]] = {}
         self.top = 0
 
-    def count(self, tenant: str) -> int:
-        return self._count.get(tenant, 0)
+    def __bool__(self) -> bool:
+        return bool(self._count)
 
-    def add(self, tenant: str) -> None:
-        before = self._count.get(tenant, 0)
-        self._move(tenant, before, before + 1)
+    def add(self, holder: _K) -> None:
+        before = self._count.get(holder, 0)
+        self._move(holder, before, before + 1)
         self.top = max(self.top, before + 1)
 
-    def remove(self, tenant: str) -> None:
-        before = self._count[tenant]
-        self._move(tenant, before, before - 1)
+    def remove(self, holder: _K) -> None:
+        before = self._count[holder]
+        self._move(holder, before, before - 1)
         if self.top == before and before not in self._by_count:
             self.top -= 1
 
-    def largest(self) -> str:
-        """A tenant holding the most runs (call it with at least one run held)."""
+    def largest(self) -> _K:
+        """One holder holding the most runs (call it with at least one run held)."""
         return next(iter(self._by_count[self.top]))
 
-    def _move(self, tenant: str, before: int, after: int) -> None:
+    def largest_for(self, adding: _K) -> _K:
+        """``adding`` (the holder of the run being added) if it holds the most runs and
+        more than that one run, else another holder holding the most: never one whose only
+        run is the one being added (call it with a run held besides that one)."""
+        top = self.top
+        if self._count.get(adding, 0) != top:
+            return self.largest()
+        if top > 1:
+            return adding
+        return next(holder for holder in self._by_count[top] if holder != adding)
+
+    def _move(self, holder: _K, before: int, after: int) -> None:
         if before:
             bucket = self._by_count[before]
-            del bucket[tenant]
+            del bucket[holder]
             if not bucket:
                 del self._by_count[before]
         if after:
-            self._count[tenant] = after
-            self._by_count.setdefault(after, {})[tenant] = None
+            self._count[holder] = after
+            self._by_count.setdefault(after, {})[holder] = None
         else:
-            del self._count[tenant]
+            del self._count[holder]
+
+
+class _Counts:
+    """Open runs counted by uid, and by tenant within each uid: who eviction takes from."""
+
+    def __init__(self) -> None:
+        self._uids: _Largest[int | None] = _Largest()
+        self._tenants: dict[int | None, _Largest[str]] = {}
+
+    def add(self, party: Party) -> None:
+        uid, tenant = party
+        self._uids.add(uid)
+        tenants = self._tenants.get(uid)
+        if tenants is None:
+            tenants = self._tenants[uid] = _Largest()
+        tenants.add(tenant)
+
+    def remove(self, party: Party) -> None:
+        uid, tenant = party
+        self._uids.remove(uid)
+        tenants = self._tenants[uid]
+        tenants.remove(tenant)
+        if not tenants:
+            del self._tenants[uid]
+
+    def most_over_share(self, adding: Party) -> Party:
+        """The tenant holding the most runs of the uid holding the most: ``adding``'s (the
+        party of the run being added) when they are among them, but never a party whose
+        only run is that one (call it with more runs held than one)."""
+        uid = self._uids.largest_for(adding[0])
+        tenants = self._tenants[uid]
+        return (uid, tenants.largest_for(adding[1]) if uid == adding[0] else tenants.largest())
 
 
 class RunRegistry:
     """Open runs of this process, at most ``max_open``, each dropped after ``idle_timeout``
-    seconds unused (``None``: never), their keyrings charged to ``budget`` (by tenant), which
-    evicts idle ones to make room. See the module's docstring for who is evicted."""
+    seconds unused (``None``: never), their keyrings charged to ``budget`` (by uid and
+    tenant), which evicts idle ones to make room. See the module's docstring for who is
+    evicted."""
 
     def __init__(
         self,
@@ -152,11 +221,11 @@ class RunRegistry:
         self._clock = clock
         # Every open run, least recently used first: idleness is read from the front.
         self._open: OrderedDict[RunKey, RunHandle] = OrderedDict()
-        # Each tenant's open runs, least recently used first: evictions are taken from here.
-        self._by_tenant: dict[str, OrderedDict[RunKey, None]] = {}
+        # Each party's open runs, least recently used first: evictions are taken from here.
+        self._by_party: dict[Party, OrderedDict[RunKey, None]] = {}
         # The open runs by id alone (run id -> tenant -> handle), for calls naming no tenant.
         self._by_id: dict[str, dict[str, RunHandle]] = {}
-        self._counts = _Largest()
+        self._counts = _Counts()
         self.evicted = 0
         self.idle_dropped = 0
 
@@ -183,28 +252,47 @@ class RunRegistry:
         key = handle.key
         handle.used_at = self._clock()
         self._open.move_to_end(key)
-        self._by_tenant[handle.tenant].move_to_end(key)
+        self._by_party[handle.party].move_to_end(key)
         self.budget.touch(("run", key))
 
     def add(self, handle: RunHandle) -> None:
         """Open ``handle``, replacing a handle of the same run; past ``max_open``, evict the
-        least recently used run of the tenant holding the most (``handle``'s own tenant
-        first when it is among them)."""
+        least recently used run of the tenant holding the most of the uid holding the most
+        (``handle``'s own uid and tenant first when they are among them)."""
         self.drop_idle()
         key = handle.key
         self._remove(key)  # a handle it replaces
         handle.used_at = self._clock()
         self._open[key] = handle
         self._by_id.setdefault(handle.run_id, {})[handle.tenant] = handle
-        self._by_tenant.setdefault(handle.tenant, OrderedDict())[key] = None
-        self._counts.add(handle.tenant)
+        self._enter(handle)
         while len(self._open) > self.max_open:
-            counts = self._counts
-            tenant = handle.tenant
-            if counts.count(tenant) < counts.top:
-                tenant = counts.largest()
-            self._remove(next(iter(self._by_tenant[tenant])))
+            party = self._counts.most_over_share(handle.party)
+            self._remove(next(iter(self._by_party[party])))
             self.evicted += 1
+
+    def claim(self, handle: RunHandle, uid: int | None) -> None:
+        """Charge open ``handle`` (and its keyring's bytes) to ``uid`` from now on: ``uid``
+        began it again (see the module's docstring)."""
+        if handle.uid == uid or self._open.get(handle.key) is not handle:
+            return
+        self._leave(handle)
+        handle.uid = uid
+        self._enter(handle)
+        self.budget.move(("run", handle.key), handle.tenant, uid)
+
+    def _enter(self, handle: RunHandle) -> None:
+        party = handle.party
+        self._by_party.setdefault(party, OrderedDict())[handle.key] = None
+        self._counts.add(party)
+
+    def _leave(self, handle: RunHandle) -> None:
+        party = handle.party
+        runs = self._by_party[party]
+        del runs[handle.key]
+        if not runs:
+            del self._by_party[party]
+        self._counts.remove(party)
 
     def drop_idle(self) -> int:
         """Drop the runs unused for ``idle_timeout`` seconds (but those in use); how many."""
@@ -226,7 +314,9 @@ class RunRegistry:
         """Charge ``handle``'s keyring (``nbytes``) to the budget, if it is still open."""
         key = handle.key
         if self._open.get(key) is handle:
-            self.budget.charge(("run", key), nbytes, lambda: self._evict(handle), handle.tenant)
+            self.budget.charge(
+                ("run", key), nbytes, lambda: self._evict(handle), handle.tenant, handle.uid
+            )
 
     def _evict(self, handle: RunHandle) -> bool:
         if handle.busy:
@@ -248,11 +338,7 @@ class RunRegistry:
         del by_tenant[handle.tenant]
         if not by_tenant:
             del self._by_id[handle.run_id]
-        runs = self._by_tenant[handle.tenant]
-        del runs[key]
-        if not runs:
-            del self._by_tenant[handle.tenant]
-        self._counts.remove(handle.tenant)
+        self._leave(handle)
         return True
 
     @contextmanager

@@ -19,7 +19,7 @@ import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import CoroutineType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 import pydantic
@@ -47,7 +47,7 @@ from openwop_memory_client.wire import (
 )
 
 from ..domain import NOT_NOW, NotNow
-from ..service.memory import BOUND_TENANTS, MemoryService
+from ..service.memory import BOUND_TENANTS, CALLER_UID, MemoryService
 from ..service.metrics import CONTENT_TYPE
 from .access_log import MAX_LOGGED_ID_CHARS, AccessLog
 from .binding import ANY_TENANT, permits
@@ -84,6 +84,15 @@ class Pacer(Protocol):
     def room(self) -> int: ...
 
 
+class Caller(NamedTuple):
+    """Who sent a request line, as its connection knows: the tenants it may use (``None``:
+    tenant binding is off) and its Unix user (``None``: not a worker's connection)."""
+
+    tenants: frozenset[str] | None
+    uid: int | None
+
+
+_NOBODY = Caller(None, None)
 _MAX_BATCH = 256
 # What a batch member refused for the connection's unread answers is told to wait: about
 # the time a reading client takes to read them.
@@ -216,12 +225,12 @@ class Dispatcher:
         target = self._target
         validate = model.model_validate
 
-        async def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
+        async def method(ctx: Caller, /, **params: Any) -> Any:
             try:
                 validated = validate(params)
-                _bind_tenants(ctx)
-                if ctx is not None:
-                    _check_tenant(ctx, validated)
+                _bind_caller(ctx)
+                if ctx.tenants is not None:
+                    _check_tenant(ctx.tenants, validated)
                 result = handler(target, validated)
                 # Every async handler is a coroutine function; the rest answer at once.
                 if type(result) is CoroutineType:
@@ -238,12 +247,12 @@ class Dispatcher:
         target = self._target
         validate = model.model_validate
 
-        def method(ctx: frozenset[str] | None, /, **params: Any) -> Any:
+        def method(ctx: Caller, /, **params: Any) -> Any:
             try:
                 validated = validate(params)
-                _bind_tenants(ctx)
-                if ctx is not None:
-                    _check_tenant(ctx, validated)
+                _bind_caller(ctx)
+                if ctx.tenants is not None:
+                    _check_tenant(ctx.tenants, validated)
                 return Success(handler(target, validated))
             except Exception as exc:  # noqa: BLE001 - any bug becomes internal_error
                 raise _rpc_error(exc) from None
@@ -251,25 +260,37 @@ class Dispatcher:
         return method
 
     async def handle_line(
-        self, line: bytes, pacer: Pacer | None = None, *, tenants: frozenset[str] | None = None
+        self,
+        line: bytes,
+        pacer: Pacer | None = None,
+        *,
+        tenants: frozenset[str] | None = None,
+        uid: int | None = None,
     ) -> bytes | None:
         """The response line (with its newline) for one request line, or ``None``.
 
         With a ``pacer``, the request waits for its turn before it runs (a malformed line is
         answered at once: its answer is small). With ``tenants`` (tenant binding is on),
         a method naming a tenant not among them is ``forbidden``, and a method naming a run
-        means only a run of one of them (another tenant's is answered as absent).
+        means only a run of one of them (another tenant's is answered as absent). ``uid``
+        is the Unix user of a worker's connection: the share a run it begins is charged to
+        (``None``: no worker's, as on the admin socket).
 
         :raises ConnectionResetError: the pacer's client left while the request waited.
         """
-        answer = self.take_line(line, pacer, tenants=tenants)
+        answer = self.take_line(line, pacer, tenants=tenants, uid=uid)
         if answer is None or type(answer) is bytes:
             return answer
         assert not isinstance(answer, bytes)
         return await answer
 
     def take_line(
-        self, line: bytes, pacer: Pacer | None = None, *, tenants: frozenset[str] | None = None
+        self,
+        line: bytes,
+        pacer: Pacer | None = None,
+        *,
+        tenants: frozenset[str] | None = None,
+        uid: int | None = None,
     ) -> bytes | Coroutine[Any, Any, bytes | None] | None:
         """:meth:`handle_line`'s answer when it is ready without waiting, else a coroutine
         that makes it (and must be awaited or closed).
@@ -283,23 +304,24 @@ class Dispatcher:
             request = orjson.loads(line)
         except orjson.JSONDecodeError:
             return _line(self._refuse(_invalid(PARSE_ERROR, "not valid UTF-8 JSON"), started))
+        caller = _NOBODY if tenants is None and uid is None else Caller(tenants, uid)
         if _well_formed(request) and self.inflight < self.max_inflight:
             at_once = self._at_once.get(request["method"])
             if at_once is not None:
-                answer = self._answer_at_once(request, at_once, started, tenants)
+                answer = self._answer_at_once(request, at_once, started, caller)
                 if not isinstance(answer, NotNow):
                     return answer
-        return self._handle(request, started, pacer, tenants)
+        return self._handle(request, started, pacer, caller)
 
     def _answer_at_once(
         self,
         request: dict[str, Any],
         method: Callable[..., Any],
         started: float,
-        tenants: frozenset[str] | None,
+        caller: Caller,
     ) -> bytes | NotNow | None:
         rpc_request = create_request(request)
-        result = call_at_once(rpc_request, tenants, method)
+        result = call_at_once(rpc_request, caller, method)
         if not isinstance(result, Left) and isinstance(result._value.result, NotNow):
             return NOT_NOW
         answer = self._finish(request, rpc_request, result, started)
@@ -310,36 +332,36 @@ class Dispatcher:
         request: Any,
         started: float,
         pacer: Pacer | None,
-        tenants: frozenset[str] | None,
+        caller: Caller,
     ) -> bytes | None:
         if isinstance(request, list):
             if not request or len(request) > _MAX_BATCH:
                 error = _invalid(INVALID_REQUEST, f"a batch holds 1 to {_MAX_BATCH} requests")
                 return _line(self._refuse(error, started))
             if pacer is None:
-                return await self._batch(request, started, tenants, None)
+                return await self._batch(request, started, caller, None)
             async with pacer.unbounded:
                 if not pacer.fits(self.answer_bytes):
                     await pacer.ready(self.answer_bytes)
-                return await self._batch(request, started, tenants, pacer.room())
+                return await self._batch(request, started, caller, pacer.room())
         if pacer is None:
-            answer = await self._dispatch_one(request, started, tenants)
+            answer = await self._dispatch_one(request, started, caller)
         elif _unbounded(request):
             async with pacer.unbounded:
                 if not pacer.fits(self.answer_bytes):
                     await pacer.ready(self.answer_bytes)
-                answer = await self._dispatch_one(request, started, tenants)
+                answer = await self._dispatch_one(request, started, caller)
         else:
             if not pacer.fits():
                 await pacer.ready()
-            answer = await self._dispatch_one(request, started, tenants)
+            answer = await self._dispatch_one(request, started, caller)
         return None if answer is None else _line(answer)
 
     async def _batch(
         self,
         requests: list[Any],
         started: float,
-        tenants: frozenset[str] | None,
+        caller: Caller,
         room: int | None,
     ) -> bytes | None:
         """The batch's answer line: its members run in order, each answer encoded as it
@@ -357,7 +379,7 @@ class Dispatcher:
             if refusing and _well_formed(request):  # a malformed one is refused as usual
                 answer = self._refuse_in_batch(request, started)
             else:
-                answer = await self._dispatch_one(request, started, tenants)
+                answer = await self._dispatch_one(request, started, caller)
             if answer is not None:
                 encoded = orjson.dumps(answer)
                 spent += len(encoded) + 1
@@ -403,7 +425,7 @@ class Dispatcher:
         return {"jsonrpc": "2.0", "error": _error_object(err), "id": request_id}
 
     async def _dispatch_one(
-        self, request: Any, started: float, tenants: frozenset[str] | None = None
+        self, request: Any, started: float, caller: Caller = _NOBODY
     ) -> dict[str, Any] | None:
         problem = None if _well_formed(request) else _shape_problem(request)
         if problem is not None:
@@ -426,7 +448,7 @@ class Dispatcher:
         self.inflight += 1
         started = time.perf_counter()
         try:
-            result = await call(rpc_request, tenants, method)
+            result = await call(rpc_request, caller, method)
         except BaseException:  # the client or a shutdown left: the request was cancelled
             self.inflight -= 1
             self._account(request["method"], "cancelled", started, request)
@@ -510,10 +532,13 @@ def _check_tenant(tenants: frozenset[str], params: pydantic.BaseModel) -> None:
         raise ForbiddenError("this process may not use that tenant", {"resource": "tenant"})
 
 
-def _bind_tenants(tenants: frozenset[str] | None) -> None:
+def _bind_caller(caller: Caller) -> None:
     """Tell the service which tenants' runs the call may mean (tenant binding): a run of
-    another tenant is then answered as absent, neither refused nor revealed."""
+    another tenant is then answered as absent, neither refused nor revealed; and whose
+    share a run it begins is charged to (its uid)."""
+    tenants = caller.tenants
     BOUND_TENANTS.set(None if tenants is None or ANY_TENANT in tenants else tenants)
+    CALLER_UID.set(caller.uid)
 
 
 def _invalid(rpc_code: int, message: str, field: str = "request", **extra: Any) -> ValidationError:
