@@ -68,7 +68,7 @@ from .base import (
 )
 from .postgresql_errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
-from .postgresql_serve_lock import AdvisoryServeLock
+from .postgresql_serve_lock import SERVE_LOCK, AdvisoryServeLock
 from .scope_cache import ScopeCache
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ Conn: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"  # generic in the stubs 
 # Transaction-scoped advisory lock keys (arbitrary constants of this application).
 _MIGRATION_LOCK = 0x6F70_656E_776F_7001
 _SWEEP_LOCK = 0x6F70_656E_776F_7002
+# The session-level serve lock has a key of its own (postgresql_serve_lock.py).
+assert len({_MIGRATION_LOCK, _SWEEP_LOCK, SERVE_LOCK}) == 3, "advisory lock keys must differ"
 _RETRIES = 3
 
 _ENTRY_COLUMNS = "e.id, e.content, e.tags, e.created_us, e.expires_us, e.tokens"

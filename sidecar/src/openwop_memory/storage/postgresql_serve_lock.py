@@ -28,8 +28,10 @@ from .base import DatabaseInUseError
 
 log = structlog.get_logger("openwop_memory.storage")
 
-# Beside the migration lock's key (postgresql.py), in the same namespace of ours.
-SERVE_LOCK = 0x6F70_656E_776F_7002
+# Beside the migration and sweep locks' keys (postgresql.py), in the same namespace of
+# ours, and distinct from both: a serving sidecar holds this one for as long as it runs, so
+# sharing the sweep's key would make every sweep find it taken.
+SERVE_LOCK = 0x6F70_656E_776F_7003
 _APPLICATION = "openwop-memory serve lock"
 
 # Who holds the lock, for the refusal: pg_locks splits a bigint key into two oids.
