@@ -412,9 +412,9 @@ def test_the_sidecar_s_probes_and_resources_fit(name: str, measured: Measured) -
     limit = _quantity_bytes(resources["limits"]["memory"])
     assert request >= measured.load.peak_rss_mib * _MEBI
     keyrings = int(env["OPENWOP_MEMORY_MAX_KEYRING_MEMORY_BYTES"])
-    # A request line, and twice the unread-answer budget: what a connection that never
-    # reads adds to the peak at worst (tests/test_isolation_answers.py measures it).
-    per_connection = int(env.get("OPENWOP_MEMORY_MAX_REQUEST_BYTES", 1 << 20)) + 2 * int(
+    # A request line, and three times the unread-answer budget: what a connection that
+    # never reads adds to the peak at worst (tests/test_isolation_answers.py measures it).
+    per_connection = int(env.get("OPENWOP_MEMORY_MAX_REQUEST_BYTES", 1 << 20)) + 3 * int(
         env.get("OPENWOP_MEMORY_MAX_UNSENT_ANSWER_BYTES", 4 << 20)
     )
     # The admin socket's connections hold what a worker's may.

@@ -335,7 +335,7 @@ def test_the_kubernetes_page_quotes_the_resources() -> None:
             f"worker per Pod) and {env['OPENWOP_MEMORY_MAX_ADMIN_CONNECTIONS']} admin "
             "connections (`max_admin_connections`) each with a request line "
             f"({line} MiB) and its answers: about "
-            f"{2 * unsent} MiB a connection, twice `max_unsent_answer_bytes` ({unsent} MiB)",
+            f"{3 * unsent} MiB a connection, three times `max_unsent_answer_bytes` ({unsent} MiB)",
         )
     load = inspect.signature(measure_load).parameters
     _says(page, f"under a short mixed load ({load['clients'].default} connections")
