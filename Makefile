@@ -7,7 +7,7 @@ TSTAMP := $(VENV)/.installed-test
 DSTAMP := $(VENV)/.installed-dist
 VAR    := var
 
-.PHONY: run test lint typecheck unit bench soak dist clean lock image
+.PHONY: run test lint typecheck unit bench bench-docs soak dist clean lock image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ test: lint typecheck unit
 # cProfile file per phase (PATH.get, PATH.put, ...), "--no-postgresql" the SQLite column alone.
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The tables of docs/benchmarks.md, written between its markers by two full runs (long:
+# run it on a quiet machine). BENCH_ARGS adds options, say "--no-postgresql".
+bench-docs: $(TSTAMP)
+	$(BIN)/python bench/run.py --runs 2 --write-docs docs/benchmarks.md $(BENCH_ARGS)
 
 # Not part of `make test`: 10 minutes of mixed load, printing the sidecar's RSS every 10 s and a
 # PASS/FAIL verdict on its growth after warm-up; exits 0 whatever. SOAK_SECONDS=60 for a short one.

@@ -94,10 +94,10 @@ def _verdict(passed: list[bool | None]) -> str:
     return "FAIL" if wins == 0 else f"PASS {wins}/{len(passed)}"
 
 
-def format_runs(runs: Sequence[Sequence[Metric]]) -> str:
-    """:func:`format_table` over several runs of the same suites: each cell the lowest and
-    highest value (``min-max``), each verdict ``PASS``, ``FAIL`` or ``PASS k/n``. A single
-    run prints as a plain table."""
+def _run_rows(
+    runs: Sequence[Sequence[Metric]],
+) -> tuple[tuple[str, ...], list[tuple[str, ...]], int]:
+    """The header, the rows and the number of value columns of :func:`format_runs`."""
     metrics = [m for run in runs for m in run]
     columns = list(dict.fromkeys(m.column for m in metrics))
     by_name: dict[str, dict[str, list[Metric]]] = {}
@@ -117,8 +117,32 @@ def format_runs(runs: Sequence[Sequence[Metric]]) -> str:
                 "-" if set(verdicts) == {"-"} else " / ".join(verdicts),
             )
         )
+    return header, rows, len(columns)
+
+
+def format_runs(runs: Sequence[Sequence[Metric]]) -> str:
+    """:func:`format_table` over several runs of the same suites: each cell the lowest and
+    highest value (``min-max``), each verdict ``PASS``, ``FAIL`` or ``PASS k/n``. A single
+    run prints as a plain table."""
+    header, rows, values = _run_rows(runs)
     # Numbers line up on their last digit.
-    return _aligned(header, rows, right=set(range(1, 1 + len(columns))))
+    return _aligned(header, rows, right=set(range(1, 1 + values)))
+
+
+def markdown_runs(runs: Sequence[Sequence[Metric]]) -> str:
+    """The table of :func:`format_runs` as a Markdown table, value columns flush right."""
+    header, rows, values = _run_rows(runs)
+    return _markdown(header, rows, right=set(range(1, 1 + values)))
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """A GitHub Markdown table; a ``|`` in a cell is escaped so that it cannot split it."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    rule = "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 
 def _aligned(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -157,6 +181,13 @@ class Table:
         body = _aligned([heading for heading, _ in self.columns], cells, right=numeric)
         return f"{self.title}\n{body}"
 
+    def markdown(self) -> str:
+        """The title in bold, then the rows as a Markdown table, numbers flush right."""
+        numeric = {i for row in self.rows for i, c in enumerate(row) if not isinstance(c, str)}
+        cells = [tuple(c if isinstance(c, str) else _number(c) for c in row) for row in self.rows]
+        body = _markdown([heading for heading, _ in self.columns], cells, right=numeric)
+        return f"**{self.title}**\n\n{body}"
+
     def as_json(self) -> list[dict[str, Any]]:
         """A row an object, by the columns' JSON keys (NaN as ``null``)."""
         return [
@@ -175,3 +206,21 @@ class SuiteResult:
     metrics: list[Metric] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)  # printed after the metrics' tables
+
+
+BEGIN_MARKER = "<!-- make bench --write-docs: begin (generated; edit bench/, not this) -->"
+END_MARKER = "<!-- make bench --write-docs: end -->"
+
+
+def replace_generated(page: str, generated: str) -> str:
+    """``page`` with what lies between :data:`BEGIN_MARKER` and :data:`END_MARKER` replaced
+    by ``generated``; the rest of the page is kept byte for byte. Raises ``ValueError`` when
+    the page does not hold each marker exactly once, begin before end (a page without them
+    is not one to write into)."""
+    if page.count(BEGIN_MARKER) != 1 or page.count(END_MARKER) != 1:
+        raise ValueError("the page must hold each generated-section marker exactly once")
+    head, _, rest = page.partition(BEGIN_MARKER)
+    if END_MARKER not in rest:
+        raise ValueError("the generated section's end marker comes before its begin marker")
+    tail = rest.partition(END_MARKER)[2]
+    return f"{head}{BEGIN_MARKER}\n{generated.strip()}\n{END_MARKER}{tail}"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import platform
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,7 +41,14 @@ from bench.redaction_bench import RedactionBenchConfig
 from bench.redaction_bench import run as run_redaction
 from bench.relevance_bench import RelevanceBenchConfig
 from bench.relevance_bench import run as run_relevance
-from bench.report import Metric, SuiteResult, Table, format_runs
+from bench.report import (
+    Metric,
+    SuiteResult,
+    Table,
+    format_runs,
+    markdown_runs,
+    replace_generated,
+)
 from bench.sidecar_bench import SidecarBenchConfig
 from bench.sidecar_bench import run as run_sidecar
 from bench.workdir import bench_workdir
@@ -65,6 +74,8 @@ class Options:
     runs: int
     attack_seconds: float | None = None  # None: 4 s, 0.5 with --quick
     only: tuple[str, ...] = ()  # suite names; empty: every suite
+    write_docs: Path | None = None  # a page whose generated section gets the tables
+    argv: tuple[str, ...] = ()  # the options as given, for the page to say how it was made
 
 
 def _sidecar_config(options: Options, workdir: Path, column: str) -> SidecarBenchConfig:
@@ -202,6 +213,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         type=float,
         help="length of each attack of the attack suite, and of the bystander alone (4)",
     )
+    parser.add_argument(
+        "--write-docs",
+        type=Path,
+        metavar="PAGE",
+        help="also write the tables into PAGE between its generated-section markers"
+        " (docs/benchmarks.md)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument(
         "--profile",
@@ -248,6 +266,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         runs=args.runs,
         attack_seconds=args.attack_seconds,
         only=tuple(args.only),
+        write_docs=args.write_docs,
+        argv=tuple(sys.argv[1:] if argv is None else argv),
     )
     counts = (options.entries, options.samples, options.clients, options.get_clients, options.runs)
     if min(counts) < 1 or options.warmup < 0:
@@ -255,6 +275,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             "--entries, --samples, --clients, --get-clients and --runs must be positive,"
             " --warmup >= 0"
         )
+    if options.write_docs is not None:
+        try:
+            replace_generated(options.write_docs.read_text(), "")
+        except (OSError, ValueError) as exc:  # refused before an hour of measuring, not after
+            parser.error(f"--write-docs {options.write_docs}: {exc}")
     if not 0 < options.seconds <= 600:
         parser.error("--seconds must be in (0, 600]")
     if options.attack_seconds is not None and not 0 < options.attack_seconds <= 60:
@@ -283,6 +308,51 @@ def _tables(runs: list[list[Metric]], tables: list[Table]) -> str:
     others = [[m for m in run if not m.column] for run in runs]
     parts = [format_runs(group) for group in (by_backend, others) if group[0]]
     return "\n\n".join(parts + [t.format() for t in tables])
+
+
+def _machine() -> str:
+    """What the page says of the machine: no commit, no host name; the CPU, how many, and
+    how busy it was (absolute numbers differ between machines by 2x or more)."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            names = [
+                line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")
+            ]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    load = os.getloadavg()[0]
+    return f"{os.cpu_count()} CPUs ({model}), 1-minute load average {load:.2f} at the end"
+
+
+def docs_section(options: Options, runs: list[SuiteResult]) -> str:
+    """The Markdown that ``--write-docs`` puts between the page's markers: how it was made,
+    then the tables of :func:`_tables` as Markdown, then the notes."""
+    made = " ".join(["bench/run.py", *options.argv])
+    lines = [
+        f"Written by `{made}` on {_machine()}, Python {platform.python_version()}.",
+    ]
+    if options.quick:
+        lines.append(
+            "**A smoke run (`--quick`)**: sizes far below the targets' own, so no figure"
+            " here says anything of the sidecar's speed."
+        )
+    if options.runs > 1:
+        lines.append(
+            f"Each value is the lowest-highest of {options.runs} runs; PASS k/n: passed in"
+            " k of n. Tables of their own are the last run's."
+        )
+    metrics = [r.metrics for r in runs]
+    by_backend = [[m for m in run if m.column] for run in metrics]
+    others = [[m for m in run if not m.column] for run in metrics]
+    parts = [" ".join(lines)]
+    parts += [markdown_runs(group) for group in (by_backend, others) if group[0]]
+    parts += [t.markdown() for t in runs[-1].tables]
+    notes = [n for r in runs for n in r.notes]
+    if notes:
+        parts.append("\n".join(f"- {n}" for n in notes))
+    return "\n\n".join(parts)
 
 
 def _json(result: SuiteResult) -> dict[str, Any]:
@@ -323,6 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("tables of their own: the last run's (every run's is printed as it ends)")
     for note in notes:
         print(note)
+    if options.write_docs is not None:
+        page = options.write_docs
+        page.write_text(replace_generated(page.read_text(), docs_section(options, runs)))
+        print(f"bench: wrote the tables into {page}", file=sys.stderr)
     if options.json:
         if options.runs == 1:
             print(orjson.dumps(_json(runs[0])).decode())

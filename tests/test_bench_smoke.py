@@ -281,3 +281,93 @@ def test_the_attack_table_takes_refusals_as_outcomes() -> None:
     assert "rate_limited" in outcome["5"], outcome  # more than 3 begins in flight
     assert "rate_limited" in outcome["6"], outcome  # past 50 connections
     assert "begin validation_error" in outcome["8"], outcome  # 16 KiB of secrets
+
+
+# -- docs/benchmarks.md: the tables are written by the bench, between markers ---------------
+
+BENCHMARKS_PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def test_write_docs_puts_the_tables_between_the_markers_and_keeps_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--write-docs PAGE`` (as ``make bench-docs`` runs it, here on two in-process suites):
+    the section between the markers becomes the run's tables as Markdown, with how they were
+    made and no commit; every byte outside the markers stays as it was."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import BEGIN_MARKER, END_MARKER
+
+    page = tmp_path / "benchmarks.md"
+    original = BENCHMARKS_PAGE.read_text()
+    page.write_text(original)
+    run_bench("--quick", "--only", "metrics", "--write-docs", str(page))
+    written = page.read_text()
+    head, _, rest = original.partition(BEGIN_MARKER)
+    tail = rest.partition(END_MARKER)[2]
+    assert written.startswith(head + BEGIN_MARKER + "\n")
+    assert written.endswith("\n" + END_MARKER + tail)
+    section = written[len(head) : len(written) - len(tail)]
+    assert section != BEGIN_MARKER + rest.partition(END_MARKER)[0] + END_MARKER
+    assert "Written by `bench/run.py --quick --only metrics --write-docs" in section
+    assert "CPUs (" in section and "load average" in section
+    assert "A smoke run (`--quick`)" in section
+    assert "| metric | value | unit | target | pass/fail |" in section
+    assert re.search(
+        r"^\| metrics: CPU per request added by timing \| [\d.]+ \| us \|", section, re.M
+    )
+    assert not re.search(r"\b[0-9a-f]{7,40}\b", section), "a commit stamp in the generated tables"
+
+
+def test_write_docs_refuses_a_page_without_markers_before_measuring(tmp_path: Path) -> None:
+    page = tmp_path / "notes.md"
+    page.write_text("# Notes\n\nno markers here\n")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--write-docs", str(page)],
+        cwd=ROOT,
+        env=unmeasured(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "marker" in proc.stderr
+    assert page.read_text() == "# Notes\n\nno markers here\n"
+
+
+def test_the_markdown_tables_escape_bars_and_flush_numbers_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import (
+        BEGIN_MARKER,
+        END_MARKER,
+        Metric,
+        Table,
+        markdown_runs,
+        replace_generated,
+    )
+
+    table = Table("under attack", (("attack", "attack"), ("p99 ms", "p99")))
+    table.rows.append(("a | b", 1.5))
+    assert table.markdown().splitlines() == [
+        "**under attack**",
+        "",
+        "| attack | p99 ms |",
+        "|---|---:|",
+        "| a \\| b | 1.5 |",
+    ]
+    runs = [[Metric("get p50", v, "us", column="sqlite")] for v in (98.0, 111.0)]
+    assert markdown_runs(runs).splitlines()[2] == "| get p50 | 98-111 | us | - | - |"
+    page = f"before\n{BEGIN_MARKER}\nold\n{END_MARKER}\nafter\n"
+    assert replace_generated(page, "new\n") == f"before\n{BEGIN_MARKER}\nnew\n{END_MARKER}\nafter\n"
+    with pytest.raises(ValueError, match="marker"):
+        replace_generated(f"{END_MARKER}\n{BEGIN_MARKER}\n", "x")
+
+
+def test_the_benchmarks_page_holds_its_markers_once() -> None:
+    text = BENCHMARKS_PAGE.read_text()
+    assert text.count("<!-- make bench --write-docs: begin") == 1
+    assert text.count("<!-- make bench --write-docs: end -->") == 1
+    assert "make bench-docs" in text
+    assert "\nbench-docs: " in (ROOT / "Makefile").read_text()
