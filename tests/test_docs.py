@@ -1,7 +1,8 @@
-"""The docs match the code. The README's configuration table: every setting has a row, and the
-default it shows is the setting's default (read back through the settings' own validators, so
-``7d``, ``"0660"`` and ``{}`` are checked as the sidecar would read them). docs/ARCHITECTURE.md:
-every file it names exists, and every name it quotes is in the code."""
+"""The docs match the code. The configuration table (docs/configuration.md): every setting
+has a row, and the default it shows is the setting's default (read back through the
+settings' own validators, so ``7d``, ``"0660"`` and ``{}`` are checked as the sidecar would
+read them). docs/ARCHITECTURE.md: every file it names exists, and every name it quotes is in
+the code."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.backend_independent
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 # Where a relative path in ARCHITECTURE.md may start: the repository, or either package.
 _PATH_ROOTS = [
@@ -29,9 +31,9 @@ _ROW = re.compile(r"^\| `([a-z_.]+)` \| ([^|]*) \|")
 
 
 def documented_defaults() -> dict[str, str]:
-    """Setting name → the default cell of its row in the README's configuration table."""
+    """Setting name → the default cell of its row in the configuration table."""
     rows: dict[str, str] = {}
-    for line in README.read_text().splitlines():
+    for line in CONFIGURATION.read_text().splitlines():
         match = _ROW.match(line)
         if match:
             rows.setdefault(match.group(1), match.group(2).strip())
@@ -40,7 +42,7 @@ def documented_defaults() -> dict[str, str]:
 
 def test_every_setting_has_a_row() -> None:
     missing = set(setting_fields()) - set(documented_defaults())
-    assert not missing, f"settings without a row in README's configuration table: {missing}"
+    assert not missing, f"settings without a row in docs/configuration.md: {missing}"
 
 
 @pytest.mark.parametrize("name", sorted(setting_fields()))
@@ -49,7 +51,7 @@ def test_the_documented_default_is_the_real_one(name: str) -> None:
     field = setting_fields()[name]
     shown = re.match(r"`([^`]*)`", cell)
     if field.default is None:
-        assert shown is None, f"{name}: the default is unset, the README shows {cell!r}"
+        assert shown is None, f"{name}: the default is unset, docs/configuration.md shows {cell!r}"
         return
     assert shown is not None, f"{name}: no `value` in the default cell {cell!r}"
     group, _, key = name.rpartition(".")
@@ -57,22 +59,24 @@ def test_the_documented_default_is_the_real_one(name: str) -> None:
     if group:
         parsed = getattr(Settings.model_validate({group: {key: value}}), group)
         assert isinstance(parsed, GROUPS[group])
-        assert getattr(parsed, key) == field.default, f"{name}: README shows {value!r}"
+        shown_as = f"{name}: docs/configuration.md shows {value!r}"
+        assert getattr(parsed, key) == field.default, shown_as
     else:
         parsed_value = getattr(Settings.model_validate({name: value}), name)
-        assert parsed_value == field.default, f"{name}: README shows {value!r}"
+        assert parsed_value == field.default, f"{name}: docs/configuration.md shows {value!r}"
 
 
 def test_the_documented_health_thresholds_are_the_real_ones(tmp_path: Path) -> None:
-    """README and PROTOCOL.md give ``disk_full`` as under 16 MiB free and ``writer_stuck`` as
-    a commit in flight past the busy timeout plus 10 s: the constants say the same."""
+    """docs/configuration.md and PROTOCOL.md give ``disk_full`` as under 16 MiB free and
+    ``writer_stuck`` as a commit in flight past the busy timeout plus 10 s: the constants say
+    the same."""
     from openwop_memory.storage import sqlite
 
     assert sqlite._LOW_DISK_BYTES == 16 << 20
     store = sqlite.SqliteStorage(str(tmp_path / "x.db"), busy_timeout_ms=2500)
     assert store.stuck_after == 2.5 + 10
-    readme = " ".join(README.read_text().split())
-    protocol = " ".join((README.parent / "docs" / "PROTOCOL.md").read_text().split())
+    readme = " ".join(CONFIGURATION.read_text().split())
+    protocol = " ".join((ROOT / "docs" / "PROTOCOL.md").read_text().split())
     assert "less than 16 MiB free beside the database" in readme
     assert "`sqlite.busy_timeout` plus 10 s" in readme
     assert "under 16 MiB free beside the database" in protocol
@@ -115,14 +119,15 @@ def test_every_code_name_the_architecture_page_quotes_is_in_the_code() -> None:
 
 def test_no_page_installs_the_unpublished_distributions_from_an_index() -> None:
     """Neither distribution is on a package index: pages install from the checkout."""
-    pages = [README, ROOT / "sidecar" / "README.md", ROOT / "docs" / "PROTOCOL.md"]
+    pages = [README, ROOT / "sidecar" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     pages += [ROOT / "systemd" / "README.md", ROOT / "kubernetes" / "README.md"]
     for page in pages:
         text = " ".join(page.read_text().split())
         # A name from an index; `NAME @ git+URL` (a direct reference) is no index's.
         found = re.findall(r"pip install ['\"]?openwop-memory(?:-client)?(?![\w-])(?!\s*@)", text)
         assert not found, (page.name, found)
-    assert "pip install './sidecar[search]'" in " ".join(README.read_text().split())
+    guarantees = ROOT / "docs" / "guarantees.md"
+    assert "pip install './sidecar[search]'" in " ".join(guarantees.read_text().split())
 
 
 def test_max_open_runs_is_described_as_evicting_the_least_recently_used_run() -> None:

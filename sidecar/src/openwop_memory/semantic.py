@@ -54,7 +54,7 @@ DIMENSIONS = 64
 a quarter of the size (27 MiB for 100,000 entries, which stays in this machine's CPU
 cache) and its product with a query about 8 times faster; a put's embedding gathers a
 quarter of the floats; the vector is 64 bytes on disk. The labelled set's recall@10 is no
-lower at 64 (``make bench``; the README), though WordLlama's own retrieval scores (MTEB
+lower at 64 (``make bench``; docs/benchmarks.md), though WordLlama's own retrieval scores (MTEB
 CQADupStack: 18.7 at 64, 24.2 at 256) are. Changing it changes every vector: entries
 stored with another length are left out of the ranking by meaning."""
 VECTOR_BYTES = DIMENSIONS  # one signed byte a dimension

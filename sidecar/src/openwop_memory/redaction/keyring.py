@@ -80,7 +80,7 @@ def _automata(
     hands between chunks. A keyring of a few keys still gets one automaton of each.
     """
     # ContiguousNFA builds several times faster than the DFA and still scans fast enough
-    # (the README's redaction benchmark gives compile times and throughput).
+    # (docs/benchmarks.md gives compile times and throughput).
     nfa = ahocorasick_rs.Implementation.ContiguousNFA
     out: list[tuple[int, ahocorasick_rs.BytesAhoCorasick]] = []
     start = size = 0

@@ -161,7 +161,7 @@ class PutPolicy:
         self, keyring: Keyring, tenant: str, entry: EntryInput, uid: int | None
     ) -> Redacted:
         """Redact ``entry``; a large one in a worker thread, so small requests are not held
-        up behind it (the README's redaction benchmark gives the cost by size), one at a
+        up behind it (docs/benchmarks.md gives the cost by size), one at a
         time, users and then their tenants in turn (see ``redaction_turns.py``)."""
         args = (keyring, entry.content, tuple(entry.tags))
         patterns = self.credential_patterns
