@@ -12,7 +12,7 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from .. import semantic
+from ..retrieval.encoders import wordllama as semantic
 
 log = structlog.get_logger("openwop_memory.service")
 
@@ -51,7 +51,7 @@ class EmbeddingModel:
         return self._embedder
 
     async def vector(self, text: str) -> bytes | None:
-        """The stored vector of ``text`` (:meth:`~openwop_memory.semantic.Embedder.vector`);
+        """The stored vector of ``text`` (:meth:`~retrieval.encoders.wordllama.Embedder.vector`);
         ``None`` without the model or for text without a word."""
         embedder = await self._loaded()
         if embedder is None:

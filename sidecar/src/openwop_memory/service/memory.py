@@ -41,8 +41,8 @@ from openwop_memory_client.wire import (
 from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
-from ..retrieval import APPROXIMATED_TOKENIZER, TOKEN_COUNTER, query_terms
-from ..semantic import MODEL, RRF_K
+from ..retrieval.encoders.wordllama import MODEL, RRF_K
+from ..retrieval.text import query_terms
 from ..storage.base import (
     BeginOutcome,
     BeginResult,
@@ -56,6 +56,7 @@ from ..storage.base import (
     SweepCounts,
 )
 from ..timefmt import format_us, parse_rfc3339
+from ..token_count import APPROXIMATED_TOKENIZER, TOKEN_COUNTER
 from .embedding import EmbeddingModel
 from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
@@ -258,7 +259,7 @@ class MemoryService:
                     "maxEntrySizeBytes": self._config.max_entry_size_bytes,
                     "ttlSupported": True,
                     "writable": True,
-                    # RFC 0113: tokenBudget on memory.list, counted as retrieval.py says.
+                    # RFC 0113: tokenBudget on memory.list, counted as token_count.py says.
                     "injectionBudget": {
                         "supported": True,
                         "tokenCounter": TOKEN_COUNTER,
