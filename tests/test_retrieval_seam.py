@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from openwop_memory.retrieval.encoders import (
     DEFAULT_MODEL,
     EncoderUnavailableError,
@@ -58,3 +57,12 @@ def test_the_default_encoder_gives_deterministic_int8_unit_rows() -> None:
     assert np.array_equal(first, again)
     assert int(np.abs(first[0]).max()) == 127  # scaled so its largest component is 127
     assert not first[2].any()  # no word: a row of zeros
+
+
+def test_the_embedding_model_setting_defaults_to_the_light_model_and_refuses_others() -> None:
+    from openwop_memory.config import ConfigError, load_settings
+
+    assert load_settings({}, environ={}).embedding_model == DEFAULT_MODEL
+    env = {"OPENWOP_MEMORY_EMBEDDING_MODEL": "no-such-model"}
+    with pytest.raises(ConfigError, match="embedding_model"):
+        load_settings({}, environ=env)

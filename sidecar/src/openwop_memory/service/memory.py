@@ -41,7 +41,7 @@ from openwop_memory_client.wire import (
 from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
-from ..retrieval.encoders.wordllama import MODEL, RRF_K
+from ..retrieval.encoders.wordllama import RRF_K
 from ..retrieval.text import query_terms
 from ..storage.base import (
     BeginOutcome,
@@ -249,7 +249,10 @@ class MemoryService:
         modes = ["semantic", "filter"] if semantic else ["filter"]
         relevance: dict[str, Any] = {"keyword": True, "semantic": semantic}
         if semantic:
-            relevance |= {"embeddingModel": MODEL, "fusion": f"reciprocal-rank-{RRF_K}"}
+            relevance |= {
+                "embeddingModel": self._embedding.name,
+                "fusion": f"reciprocal-rank-{RRF_K}",
+            }
         return {
             "capabilities": {
                 # Redaction cannot be switched off, so long-term is always advertised (§D).

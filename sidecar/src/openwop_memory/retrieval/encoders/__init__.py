@@ -40,6 +40,16 @@ def known_models() -> tuple[str, ...]:
     return (DEFAULT_MODEL,)
 
 
+def model_installed(name: str) -> bool:
+    """Whether the package of the model called ``name`` is installed (cheap: nothing is
+    loaded); ``False`` for a name :func:`load_encoder` does not know."""
+    if name == DEFAULT_MODEL:
+        from . import wordllama
+
+        return wordllama.model_installed()
+    return False
+
+
 def load_encoder(name: str) -> Encoder:
     """The encoder called ``name``, loaded from its installed package (no network).
 
