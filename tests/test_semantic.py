@@ -414,6 +414,17 @@ def test_a_match_by_meaning_alone_ranks_first_and_replays_the_same(client: RawCl
     assert relevance(client, new_run(client, tenant), ref, question)[0].startswith("Anna's")
 
 
+def test_a_query_of_stop_words_alone_finds_nothing_even_by_meaning(client: RawClient) -> None:
+    """Issue 22: a query with nothing content-bearing is nothing relevant, although its
+    words have vectors near some entries."""
+    tenant = uid("t")
+    ref = filled(client, tenant)
+    run = new_run(client, tenant)
+    assert query_terms("what were they doing there") == []
+    assert relevance(client, run, ref, "what were they doing there") == []
+    assert relevance(client, run, ref, "what were they playing there")  # one real word
+
+
 def test_capabilities_say_semantic_with_the_model(client: RawClient) -> None:
     result = client.call("host.capabilities")
     check_capabilities(result)

@@ -514,12 +514,15 @@ class MemoryService:
         where = None if options.vendor_filter is None else _list_filter(options.vendor_filter)
         if relevance:
             assert options.query is not None
+            terms = query_terms(options.query)
+            if not terms:  # nothing content-bearing (stop words alone): nothing relevant
+                return []
             vector = await self._embedding.vector(options.query)
             rows = await self._storage.search(
                 scope=scope,
                 snapshot=run.snapshot,
                 now_us=self._storage.clock_us(),
-                terms=query_terms(options.query),
+                terms=terms,
                 limit=limit,
                 tag=options.tag,
                 max_tokens=max_tokens,
