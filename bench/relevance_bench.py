@@ -44,9 +44,9 @@ from pydoc_data.topics import topics
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openwop_memory import semantic
 from openwop_memory.logs import configure_logging
-from openwop_memory.retrieval import query_terms
+from openwop_memory.retrieval.encoders import wordllama as semantic
+from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.storage.vector_cache import ROW_BYTES
@@ -301,7 +301,7 @@ _RSS_PROBE = """
 import re
 def rss():
     return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
-from openwop_memory import semantic
+from openwop_memory.retrieval.encoders import wordllama as semantic
 from openwop_memory.logs import configure_logging
 before = rss()
 semantic.load().vector("the staging deploy failed because the disk was full")

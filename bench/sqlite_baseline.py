@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from openwop_memory.retrieval import estimate_tokens
 from openwop_memory.storage.sqlite_schema import MIGRATIONS
+from openwop_memory.token_count import estimate_tokens
 
 PRAGMAS = (
     "PRAGMA journal_mode = WAL",

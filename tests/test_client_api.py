@@ -13,7 +13,7 @@ from typing import Any
 
 import pydantic
 import pytest
-from openwop_memory.retrieval import estimate_tokens
+from openwop_memory.token_count import estimate_tokens
 from openwop_memory_client import (
     AsyncMemoryClient,
     AsyncMemoryRun,

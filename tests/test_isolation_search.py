@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from openwop_memory.retrieval import query_terms
+from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import EntryRow, Scope, StoredEntry
 from openwop_memory.storage.sqlite import SqliteStorage, _keyword_query
 from openwop_memory.timefmt import now_us

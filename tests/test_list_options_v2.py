@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from openwop_memory.retrieval import estimate_tokens
+from openwop_memory.token_count import estimate_tokens
 from openwop_memory_client import MemoryListOptions
 from support.backends import POSTGRES
 from support.names import uid

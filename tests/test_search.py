@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from openwop_memory.retrieval import estimate_tokens, query_terms
+from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage import postgresql_schema, sqlite_schema
 from openwop_memory.storage.base import (
     ListFilter,
@@ -21,6 +21,7 @@ from openwop_memory.storage.base import (
     Storage,
 )
 from openwop_memory.timefmt import now_us
+from openwop_memory.token_count import estimate_tokens
 from support.backends import Backend
 from support.old_schema import make_v1_database
 from support.store import SECOND, fresh_snapshot, put_request, stored

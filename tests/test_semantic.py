@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from openwop_memory import semantic
 from openwop_memory.app import open_app
 from openwop_memory.config import Settings
 from openwop_memory.domain import SweepHorizons
-from openwop_memory.retrieval import query_terms
+from openwop_memory.retrieval.encoders import wordllama as semantic
+from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import ListFilter, PutRequest, Scope, Snapshot, Storage
 from openwop_memory.timefmt import now_us
 from openwop_memory.wire.dispatch import Dispatcher
@@ -88,7 +88,7 @@ def test_the_model_loads_from_its_package_with_no_network(tmp_path: Path) -> Non
     home.mkdir()
     proc = _python(
         "import sys\n"
-        "from openwop_memory import semantic\n"
+        "from openwop_memory.retrieval.encoders import wordllama as semantic\n"
         "assert semantic.model_installed()\n"
         "vector = semantic.load().vector('the staging deploy failed')\n"
         "assert vector is not None and len(vector) == semantic.VECTOR_BYTES\n"
@@ -115,7 +115,7 @@ def test_the_vectors_are_wordllamas_embedding(tmp_path: Path) -> None:
         "from safetensors.numpy import load_file\n"
         "from tokenizers import Tokenizer\n"
         "from wordllama.inference import WordLlamaInference\n"
-        "from openwop_memory import semantic\n"
+        "from openwop_memory.retrieval.encoders import wordllama as semantic\n"
         "weights, tokenizer = semantic._package_files()\n"
         "table = load_file(str(weights))['embedding.weight'][:, :semantic.DIMENSIONS]\n"
         "theirs = WordLlamaInference(table, Tokenizer.from_file(str(tokenizer)))\n"
@@ -412,6 +412,17 @@ def test_a_match_by_meaning_alone_ranks_first_and_replays_the_same(client: RawCl
     assert relevance(client, run, ref, question) == first
     # A run begun now does see the new entry.
     assert relevance(client, new_run(client, tenant), ref, question)[0].startswith("Anna's")
+
+
+def test_a_query_of_stop_words_alone_finds_nothing_even_by_meaning(client: RawClient) -> None:
+    """Issue 22: a query with nothing content-bearing is nothing relevant, although its
+    words have vectors near some entries."""
+    tenant = uid("t")
+    ref = filled(client, tenant)
+    run = new_run(client, tenant)
+    assert query_terms("what were they doing there") == []
+    assert relevance(client, run, ref, "what were they doing there") == []
+    assert relevance(client, run, ref, "what were they playing there")  # one real word
 
 
 def test_capabilities_say_semantic_with_the_model(client: RawClient) -> None:

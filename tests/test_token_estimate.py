@@ -1,4 +1,4 @@
-"""The token estimate behind ``tokenBudget`` (``retrieval.estimate_tokens``), measured
+"""The token estimate behind ``tokenBudget`` (``token_count.estimate_tokens``), measured
 against real tokenizers, and how a query becomes terms.
 
 The reference is ``bpe-openai`` (a test dependency), whose wheel carries the
@@ -15,7 +15,8 @@ from pydoc_data.topics import topics
 
 import bpe_openai
 import pytest
-from openwop_memory.retrieval import MAX_QUERY_TERMS, STOP_WORDS, estimate_tokens, query_terms
+from openwop_memory.retrieval.text import MAX_QUERY_TERMS, STOP_WORDS, query_terms
+from openwop_memory.token_count import estimate_tokens
 
 pytestmark = pytest.mark.backend_independent
 

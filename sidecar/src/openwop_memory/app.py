@@ -119,7 +119,7 @@ async def open_app(settings: Settings, *, notify: Callable[[str], object] | None
         ),
         host_secrets=secrets_directory,
         stats=stats,
-        embedding=EmbeddingModel(enabled=settings.semantic_search),
+        embedding=EmbeddingModel(enabled=settings.semantic_search, model=settings.embedding_model),
     )
     dispatcher = Dispatcher(
         service,

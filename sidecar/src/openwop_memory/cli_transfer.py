@@ -126,7 +126,9 @@ async def _import(storage: Storage, path: str, settings: Settings) -> Imported:
     rules = await _import_rules(settings)
     try:
         with open(path, "rb") as source:  # noqa: ASYNC230 - a local file, in lines
-            embedding = EmbeddingModel(enabled=settings.semantic_search)
+            embedding = EmbeddingModel(
+                enabled=settings.semantic_search, model=settings.embedding_model
+            )
             return await import_from(storage, source, rules, embedding)
     except OSError as exc:
         raise _Failed(f"cannot read {path}: {exc.strerror}") from None

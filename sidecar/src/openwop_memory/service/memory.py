@@ -41,8 +41,8 @@ from openwop_memory_client.wire import (
 from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
-from ..retrieval import APPROXIMATED_TOKENIZER, TOKEN_COUNTER, query_terms
-from ..semantic import MODEL, RRF_K
+from ..retrieval.encoders.wordllama import RRF_K
+from ..retrieval.text import query_terms
 from ..storage.base import (
     BeginOutcome,
     BeginResult,
@@ -56,6 +56,7 @@ from ..storage.base import (
     SweepCounts,
 )
 from ..timefmt import format_us, parse_rfc3339
+from ..token_count import APPROXIMATED_TOKENIZER, TOKEN_COUNTER
 from .embedding import EmbeddingModel
 from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
@@ -248,7 +249,10 @@ class MemoryService:
         modes = ["semantic", "filter"] if semantic else ["filter"]
         relevance: dict[str, Any] = {"keyword": True, "semantic": semantic}
         if semantic:
-            relevance |= {"embeddingModel": MODEL, "fusion": f"reciprocal-rank-{RRF_K}"}
+            relevance |= {
+                "embeddingModel": self._embedding.name,
+                "fusion": f"reciprocal-rank-{RRF_K}",
+            }
         return {
             "capabilities": {
                 # Redaction cannot be switched off, so long-term is always advertised (§D).
@@ -258,7 +262,7 @@ class MemoryService:
                     "maxEntrySizeBytes": self._config.max_entry_size_bytes,
                     "ttlSupported": True,
                     "writable": True,
-                    # RFC 0113: tokenBudget on memory.list, counted as retrieval.py says.
+                    # RFC 0113: tokenBudget on memory.list, counted as token_count.py says.
                     "injectionBudget": {
                         "supported": True,
                         "tokenCounter": TOKEN_COUNTER,
@@ -510,12 +514,15 @@ class MemoryService:
         where = None if options.vendor_filter is None else _list_filter(options.vendor_filter)
         if relevance:
             assert options.query is not None
+            terms = query_terms(options.query)
+            if not terms:  # nothing content-bearing (stop words alone): nothing relevant
+                return []
             vector = await self._embedding.vector(options.query)
             rows = await self._storage.search(
                 scope=scope,
                 snapshot=run.snapshot,
                 now_us=self._storage.clock_us(),
-                terms=query_terms(options.query),
+                terms=terms,
                 limit=limit,
                 tag=options.tag,
                 max_tokens=max_tokens,

@@ -52,7 +52,7 @@ class Scope:
 
 class EntryRow(NamedTuple):
     """A stored entry as the wire returns it (times in µs since the epoch), with its
-    estimated token count (:func:`~openwop_memory.retrieval.estimate_tokens` of the content,
+    estimated token count (:func:`~openwop_memory.token_count.estimate_tokens` of the content,
     counted at its put and stored with it).
 
     A named tuple because list answers build a hundred of these per call: it constructs
@@ -152,7 +152,7 @@ def classify_run(
 class PutRequest:
     """A redacted, validated entry to store; ``digest`` covers the redacted entry only.
     ``vector`` is the embedding of the redacted content
-    (:meth:`~openwop_memory.semantic.Embedder.vector`), stored in the entry's own row so
+    (:meth:`~retrieval.encoders.wordllama.Embedder.vector`), stored in the entry's own row so
     that whatever removes the row removes it too; ``None`` without the embedding model."""
 
     scope: Scope
@@ -382,7 +382,7 @@ class Storage(Protocol):
         least one of ``terms`` in the backend's full-text index (``[]`` for no terms); with
         it, the fusion of that keyword list and the nearest entries by meaning.
 
-        **Keyword rank.** A term (see :func:`~openwop_memory.retrieval.query_terms`) matches
+        **Keyword rank.** A term (see :func:`~openwop_memory.retrieval.text.query_terms`) matches
         an entry whose content holds the word, as the backend's engine stems it. An entry's
         keyword relevance is the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) /
         (n + 0.5))`` (BM25's inverse document frequency) rounded to 9 decimals, where ``N``
@@ -390,12 +390,12 @@ class Storage(Protocol):
         matching this one, counted after ``tag`` and ``where`` but before ``max_tokens``
         apply; ties newest first.
 
-        **With ``vector``** (the query's embedding, :mod:`~openwop_memory.semantic`): the
+        **With ``vector``** (the query's embedding, :mod:`~retrieval.encoders.wordllama`): the
         keyword list's first ``limit`` entries and the ``limit`` entries with a stored
         vector nearest to ``vector`` (cosine of the stored integers, exact, at least
-        :data:`~openwop_memory.semantic.MIN_COSINE`; ties newest first), among the same
+        :data:`~retrieval.encoders.wordllama.MIN_COSINE`; ties newest first), among the same
         entries, are fused by reciprocal rank
-        (:func:`~openwop_memory.semantic.fuse`): the result's first ``limit``. An entry stored
+        (:func:`~retrieval.encoders.wordllama.fuse`): the result's first ``limit``. An entry stored
         without a vector takes part through its keywords only.
 
         Nothing outside the snapshot weighs in, so the same snapshot and query give the

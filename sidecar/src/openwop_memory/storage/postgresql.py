@@ -38,8 +38,8 @@ from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..logs import describe_exception
-from ..retrieval import estimate_tokens
 from ..timefmt import now_us as wall_clock_us
+from ..token_count import estimate_tokens
 from .base import (
     KEY_CONFLICT,
     REFUSED,

@@ -18,14 +18,14 @@ connection inside the migration's transaction (for work SQL cannot do, such as c
 tokens).
 
 Version 2 adds retrieval: ``entries.tokens`` (the entry's estimated token count, see
-:mod:`openwop_memory.retrieval`, so entries over a token budget are skipped in the query)
+:mod:`openwop_memory.token_count`, so entries over a token budget are skipped in the query)
 and ``entries.search``, the ``tsvector`` of the content (``english`` configuration:
 stemmed, stop words dropped) under a GIN index. The put computes it in the statement that
 inserts the entry, from the redacted content it stores, with U+0000 (which ``text``
 cannot hold) read as a space; it holds lexemes only, never the text itself.
 
 Version 3 adds ``entries.embedding`` (``bytea``): the entry's vector (see
-:mod:`openwop_memory.semantic`), computed from the redacted content at its put when the
+:mod:`retrieval.encoders.wordllama`), computed from the redacted content at its put when the
 embedding model is installed, else NULL (older entries stay NULL and rank by keywords
 only). It is part of the entry's row: whatever deletes the row deletes it. No extension
 is needed: the similarity is computed by the sidecar.
@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..retrieval import estimate_tokens
+from ..token_count import estimate_tokens
 
 # A text search configuration, spelt once: the put, the backfill and the query must agree.
 SEARCH_CONFIG = "english"

@@ -8,13 +8,13 @@ A migration step is an SQL statement, or a function run on the writer connection
 the migration's transaction (for work SQL cannot do, such as counting tokens).
 
 Version 2 adds retrieval: ``entries.tokens`` (the entry's estimated token count, see
-:mod:`openwop_memory.retrieval`, so entries over a token budget are skipped in the query)
+:mod:`openwop_memory.token_count`, so entries over a token budget are skipped in the query)
 and ``entries_fts``, an FTS5 index of the content. The index is *external content*: it
 keeps terms and positions, never a copy of the text, and triggers keep it in the same
 transaction as every insert and delete of an entry (content never changes). It indexes
 exactly what ``entries`` stores, which is redacted content only.
 
-Version 3 adds ``entries.embedding``: the entry's vector (see :mod:`openwop_memory.semantic`),
+Version 3 adds ``entries.embedding``: the entry's vector (see :mod:`retrieval.encoders.wordllama`),
 computed from the redacted content at its put when the embedding model is installed, else
 NULL (entries written before stay NULL and rank by keywords only). It lives in the entry's
 row, so a delete, sweep or purge of the row removes it, overwritten as ``secure_delete``
@@ -44,7 +44,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from ..retrieval import estimate_tokens
+from ..token_count import estimate_tokens
 
 Step = str | Callable[[sqlite3.Connection], None]
 

@@ -14,7 +14,7 @@ This relies on a scope's sequence numbers being committed in order (both backend
 them out under a lock held until commit): once the cache holds every row up to ``n``, no
 row with a number at or below ``n`` can appear later.
 
-Memory: the matrix is float32 (:data:`~openwop_memory.semantic.RANK_DIMENSIONS` x 4 bytes
+Memory: the matrix is float32 (:data:`~retrieval.encoders.wordllama.RANK_DIMENSIONS` x 4 bytes
 an entry, plus 25 for its number, expiry, length and liveness); scopes least recently
 searched are dropped when all cached scopes would exceed ``max_bytes``, or there would be
 more than ``max_scopes`` of them.
@@ -33,7 +33,7 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from ..semantic import (
+from ..retrieval.encoders.wordllama import (
     RANK_DIMENSIONS,
     fuse,
     norms_of,
@@ -119,7 +119,7 @@ def _candidates(
     cached: _Scope, n: int, snapshot_seq: int, now_us: int, query: npt.NDArray[np.float32]
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
     """The rows of the first ``n`` that the snapshot shows at ``now_us`` and that are near
-    ``query`` (see :func:`~openwop_memory.semantic.query_threshold`), and their scores."""
+    ``query`` (see :func:`~retrieval.encoders.wordllama.query_threshold`), and their scores."""
     shown = cached.alive[:n] & (cached.seqs[:n] <= snapshot_seq) & (cached.expires[:n] > now_us)
     scores = similarities(cached.matrix[:n], cached.norms[:n], query)
     shown &= scores >= query_threshold(query)
@@ -212,7 +212,7 @@ class VectorCache:
         check: Check,
     ) -> list[int]:
         """The sequence numbers of up to ``count`` entries of ``scope`` nearest to ``vector``
-        among those ``check`` keeps and at least :data:`~openwop_memory.semantic.MIN_COSINE`
+        among those ``check`` keeps and at least :data:`~retrieval.encoders.wordllama.MIN_COSINE`
         similar, nearest first (ties: the larger number first).
 
         :raises UpstreamUnavailableError: from ``load_after`` or ``check``.

@@ -246,3 +246,23 @@ def fuse(keyword: Sequence[int], semantic: Sequence[int]) -> list[int]:
         for rank, key in enumerate(ranked, start=RRF_K + 1):
             scores[key] = scores.get(key, 0.0) + 1.0 / rank
     return sorted(scores, key=lambda key: (-scores[key], -key))
+
+
+class WordLlamaEncoder:
+    """:class:`Embedder` as an :class:`~openwop_memory.retrieval.encoders.Encoder`."""
+
+    name = MODEL
+    dimensions = DIMENSIONS
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.int8]:
+        import numpy as np
+
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.int8)
+        for row, text in enumerate(texts):
+            vector = self._embedder.vector(text)
+            if vector is not None:
+                out[row] = np.frombuffer(vector, dtype=np.int8)
+        return out

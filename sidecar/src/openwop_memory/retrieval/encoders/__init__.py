@@ -1,0 +1,69 @@
+"""Embedding models by name: :func:`load_encoder` gives an :class:`Encoder`.
+
+An encoder turns texts into unit vectors scaled to int8 (one row a text), deterministic:
+the same text gives the same bytes on any machine, so a vector stored by one sidecar is
+the one another would compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+DEFAULT_MODEL = "wordllama-l2_supercat-64"
+"""The light default (``embedding_model``)."""
+
+
+class EncoderUnavailableError(Exception):
+    """The model's package is not installed, or its files cannot be read (the message says
+    which and what to install, without content)."""
+
+
+class Encoder(Protocol):
+    """A loaded embedding model."""
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.int8]:
+        """One unit vector per text, scaled to int8 (``len(texts) x dimensions``); a text
+        without a word gives a row of zeros. Thread-safe."""
+        ...
+
+
+def known_models() -> tuple[str, ...]:
+    """The names :func:`load_encoder` accepts."""
+    return (DEFAULT_MODEL,)
+
+
+def model_installed(name: str) -> bool:
+    """Whether the package of the model called ``name`` is installed (cheap: nothing is
+    loaded); ``False`` for a name :func:`load_encoder` does not know."""
+    if name == DEFAULT_MODEL:
+        from . import wordllama
+
+        return wordllama.model_installed()
+    return False
+
+
+def load_encoder(name: str) -> Encoder:
+    """The encoder called ``name``, loaded from its installed package (no network).
+
+    :raises EncoderUnavailableError: no such model, or its package is missing.
+    """
+    if name == DEFAULT_MODEL:
+        from . import wordllama
+
+        try:
+            return wordllama.WordLlamaEncoder(wordllama.load())
+        except wordllama.ModelUnavailableError as exc:
+            raise EncoderUnavailableError(
+                f"{exc}; install the search extra (pip install 'openwop-memory[search]')"
+            ) from None
+    raise EncoderUnavailableError(
+        f"unknown embedding model {name!r}; known: {', '.join(known_models())}"
+    )
