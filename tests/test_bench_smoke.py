@@ -125,7 +125,7 @@ MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidec
 ATTACK_TITLE = (
     "under attack: one bystander's gets while another party attacks (fresh sidecar a row)"
 )
-ATTACK_ROWS = ["bystander alone", "1 ", "2 ", "3 ", "5 ", "6 ", "7 ", "7 ", "8 ", "12 "]
+ATTACK_ROWS = ["bystander alone", "1 ", "2 ", "3 ", "5 ", "6 ", "7 ", "7 ", "fairness", "8 ", "12 "]
 ATTACK_NUMBERS = ["gets", "getP50Ms", "getP99Ms", "p99VsAlone", "rssPeakMiB", "rssAfterMiB"]
 
 
