@@ -23,8 +23,9 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from openwop_memory import cli_admin, cli_transfer
-from openwop_memory.cli import _health_parser
+from openwop_memory.cli import admin as cli_admin
+from openwop_memory.cli import transfer as cli_transfer
+from openwop_memory.cli.main import _health_parser
 from openwop_memory.config import Settings, load_settings
 from openwop_memory.server import descriptors_wanted
 from openwop_memory.storage.sqlite import SqliteStorage

@@ -46,24 +46,28 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _executed_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+def _executed_imports(
+    body: list[ast.stmt], *, deferred: bool = False
+) -> list[ast.Import | ast.ImportFrom]:
     """The import statements run at import time: module level, into if/try/with blocks,
-    never into function or class bodies or ``if TYPE_CHECKING:``."""
+    never into function or class bodies (unless ``deferred``) or ``if TYPE_CHECKING:``."""
     found: list[ast.Import | ast.ImportFrom] = []
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
+        elif deferred and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found += _executed_imports(node.body, deferred=True)
         elif isinstance(node, ast.If):
             if not _is_type_checking(node.test):
-                found += _executed_imports(node.body)
-            found += _executed_imports(node.orelse)
+                found += _executed_imports(node.body, deferred=deferred)
+            found += _executed_imports(node.orelse, deferred=deferred)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody):
-                found += _executed_imports(block)
+                found += _executed_imports(block, deferred=deferred)
             for handler in node.handlers:
-                found += _executed_imports(handler.body)
-        elif isinstance(node, ast.With):
-            found += _executed_imports(node.body)
+                found += _executed_imports(handler.body, deferred=deferred)
+        elif isinstance(node, (ast.With, ast.For, ast.While)):
+            found += _executed_imports(node.body, deferred=deferred)
     return found
 
 
@@ -72,15 +76,16 @@ def _with_parents(name: str, modules: dict[str, Path]) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules.keys()
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of the package → the package's modules importing it runs."""
+def import_graph(*, deferred: bool = False) -> dict[str, set[str]]:
+    """Each module of the package → the package's modules importing it runs (``deferred``:
+    or that its functions import when they run)."""
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         here = name.split(".") if is_package else name.split(".")[:-1]
         edges: set[str] = set()
-        for node in _executed_imports(ast.parse(path.read_text()).body):
+        for node in _executed_imports(ast.parse(path.read_text()).body, deferred=deferred):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     edges |= _with_parents(alias.name, modules)
@@ -137,6 +142,20 @@ def test_the_import_graph_has_no_circle_but_the_known_ones() -> None:
     found = set(circles(import_graph()))
     assert sorted(map(sorted, found - KNOWN_CIRCLES.keys())) == []
     assert sorted(map(sorted, KNOWN_CIRCLES.keys() - found)) == []  # fixed: drop it here
+
+
+# With the imports functions make when they run: the modules that still lean on each other.
+# (None: config -> storage.registry is one-way once TYPE_CHECKING-only imports are left out;
+# registry names config.Settings in annotations alone.)
+KNOWN_DEFERRED_CIRCLES: dict[frozenset[str], str] = {}
+
+
+def test_deferred_imports_make_no_circle_but_the_known_ones() -> None:
+    """The CLI's commands import their modules when run (the probe's path stays light):
+    that must not hide a circle either (cli <-> cli_admin was one)."""
+    found = set(circles(import_graph(deferred=True)))
+    assert sorted(map(sorted, found - KNOWN_DEFERRED_CIRCLES.keys())) == []
+    assert sorted(map(sorted, KNOWN_DEFERRED_CIRCLES.keys() - found)) == []
 
 
 def test_the_graph_sees_a_circle_made_of_module_level_imports() -> None:

@@ -56,7 +56,8 @@ def test_serving_imports_nothing_only_other_paths_need(tmp_path: Path) -> None:
     """What the server imports, plus what opening its components on a SQLite file adds."""
     loaded = _modules_after(
         "import anyio\n"
-        "from openwop_memory import cli, logs, server\n"
+        "from openwop_memory import logs, server\n"
+        "from openwop_memory.cli import main\n"
         "from openwop_memory.app import open_app\n"
         "from openwop_memory.config import Settings\n"
         f"settings = Settings(database='sqlite:///{tmp_path}/memory.db')\n"
@@ -71,6 +72,6 @@ def test_serving_imports_nothing_only_other_paths_need(tmp_path: Path) -> None:
 
 
 def test_the_health_probe_imports_only_the_standard_library() -> None:
-    loaded = _modules_after("from openwop_memory import cli")
+    loaded = _modules_after("from openwop_memory.cli import main")
     heavy = {"pydantic", "anyio", "structlog", "orjson", "openwop_memory_client", "tomllib"}
     assert heavy.isdisjoint(m.split(".")[0] for m in loaded)
