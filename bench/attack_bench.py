@@ -343,6 +343,11 @@ def attacks(config: AttackBenchConfig) -> list[Attack]:
             {"connections": s.partial_connections, "line_bytes": s.partial_line_bytes},
         ),
         Attack(
+            "fairness: 48 connections sending malformed frames",
+            "malformed_frames",
+            {"connections": 48},
+        ),
+        Attack(
             f"8 begin+put of {s.keyring_secrets} secrets x {s.keyring_chars} chars, one at a time",
             "keyring_compiles",
             {

@@ -363,6 +363,37 @@ async def partial_lines(p: dict[str, Any], tally: Tally) -> str:
     return tally.summary() + f"; sidecar took {taken / (1 << 20):.0f} MiB"
 
 
+async def malformed_frames(p: dict[str, Any], tally: Tally) -> str:
+    """Fairness: many connections writing lines that are not JSON as fast as the sidecar
+    takes them, reading their answers (what tests/test_fairness.py once timed; the figure
+    is the bystander's gets in this row against the row of the bystander alone)."""
+    clock = Clock(p["seconds"])
+    opened = await open_many(unix(p["socket"]), p["connections"], clock, tally)
+    block = b"not json\n" * 2048
+    answered = [0]
+
+    async def storm(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def drain_answers() -> None:
+            while chunk := await reader.read(65536):
+                answered[0] += chunk.count(b"\n")
+
+        reading = asyncio.create_task(drain_answers())
+        try:
+            while not reading.done() and not clock.over():
+                writer.write(block)
+                await writer.drain()
+        finally:
+            reading.cancel()
+
+    ready()
+    with contextlib.suppress(TimeoutError, OSError):
+        await asyncio.wait_for(
+            asyncio.gather(*(storm(r, w) for r, w in opened)), clock.left() + 1.0
+        )
+    await hang_up(opened, tally)
+    return tally.summary() + f"; {answered[0]:,} malformed lines refused"
+
+
 async def keyring_compiles(p: dict[str, Any], tally: Tally) -> str:
     """8: begins with the largest keyring allowed, each followed by the put that compiles
     it; one run at a time."""
@@ -431,6 +462,7 @@ ATTACKS: dict[str, Callable[[dict[str, Any], Tally], Awaitable[str]]] = {
     "trickle_idle": trickle_idle,
     "unread_health": unread_health,
     "partial_lines": partial_lines,
+    "malformed_frames": malformed_frames,
     "keyring_compiles": keyring_compiles,
     "keyword_oracle": keyword_oracle,
 }

@@ -26,7 +26,7 @@ def main(argv: Sequence[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out, clock, rest = argv[0], argv[1], list(argv[2:])
-    from openwop_memory.cli import main as sidecar_main
+    from openwop_memory.cli.main import main as sidecar_main
 
     profiler = cProfile.Profile(time.thread_time if clock == "cpu" else time.perf_counter)
     cuts = 0

@@ -31,6 +31,7 @@ import orjson
 
 from bench.attack_bench import AttackBenchConfig
 from bench.attack_bench import run as run_attack
+from bench.deployment_bench import run as run_deployment
 from bench.lean_client import ProtocolFailure, RpcError
 from bench.measure import BenchFailure
 from bench.metrics_bench import run as run_metrics
@@ -155,6 +156,11 @@ async def attack_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_attack(config)
 
 
+async def deployment_suite(options: Options, workdir: Path) -> SuiteResult:
+    """The probe's cost and the CPU per request that systemd/ and kubernetes/ quote."""
+    return await run_deployment(workdir)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
 SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
@@ -163,6 +169,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("relevance", relevance_suite),
     ("metrics", metrics_suite),
     ("attack", attack_suite),
+    ("deployment", deployment_suite),
 ]
 
 

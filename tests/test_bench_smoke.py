@@ -90,6 +90,14 @@ POSTGRESQL_ONLY = [
     "list(100) p99 on the big table",
 ]
 # In the table of its own, with the redactor's (the search extra is installed for tests).
+# The deployment pages' time figures (moved here from tests/test_deployment.py's gate).
+DEPLOYMENT = [
+    "deployment: health probe wall time (quickest of 10)",
+    "deployment: health probe CPU (median of 10)",
+    "deployment: CPU per request, 8 clients put/get/list",
+    "deployment: CPU off the event loop's thread",
+    "deployment: peak RSS under that load",
+]
 RELEVANCE = [
     "embedding model load (first put or relevance list)",
     "RSS added by the embedding model (numpy, tokenizer, weights)",
@@ -125,7 +133,7 @@ MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidec
 ATTACK_TITLE = (
     "under attack: one bystander's gets while another party attacks (fresh sidecar a row)"
 )
-ATTACK_ROWS = ["bystander alone", "1 ", "2 ", "3 ", "5 ", "6 ", "7 ", "7 ", "8 ", "12 "]
+ATTACK_ROWS = ["bystander alone", "1 ", "2 ", "3 ", "5 ", "6 ", "7 ", "7 ", "fairness", "8 ", "12 "]
 ATTACK_NUMBERS = ["gets", "getP50Ms", "getP99Ms", "p99VsAlone", "rssPeakMiB", "rssAfterMiB"]
 
 
@@ -195,6 +203,7 @@ def test_quick_bench_prints_every_metric() -> None:
     expected += [(name, "postgresql") for name in POSTGRESQL_ONLY]
     expected += [(name, "sqlite") for name in SQLITE_ONLY]
     expected += [(name, None) for name in RELEVANCE]
+    expected += [(name, None) for name in DEPLOYMENT]
     for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
         assert (name, column) in results, f"no JSON result {name!r} for {column}"

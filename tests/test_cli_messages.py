@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from openwop_memory import cli
-from openwop_memory.cli import INSTALLED_CONFIG as SHIPPED_CONFIG  # before any test patches it
+from openwop_memory.cli import main as cli
+from openwop_memory.cli import rpc as cli_rpc
+from openwop_memory.cli.rpc import INSTALLED_CONFIG as SHIPPED_CONFIG  # before any test patches it
 from openwop_memory.config import choices_of, flag_of, setting_fields
 from openwop_memory.errors import StartupError
 from support.sidecar import EXE, Sidecar
@@ -31,6 +32,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "OPENWOP_MEMORY_DATABASE",
     ):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cli_rpc, "INSTALLED_CONFIG", str(tmp_path / "not-installed.toml"))
     monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(tmp_path / "not-installed.toml"))
 
 
@@ -149,6 +151,7 @@ def test_health_reads_the_installed_config_by_default(
 ) -> None:
     installed = tmp_path / "openwop-memory.toml"
     installed.write_text(f'socket = "{tmp_path}/installed.sock"\n')
+    monkeypatch.setattr(cli_rpc, "INSTALLED_CONFIG", str(installed))
     monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(installed))
     err = stderr_of(capsys, "health", "--timeout", "1", code=2)
     assert err == (
@@ -179,6 +182,7 @@ def test_an_admin_command_reads_the_installed_config_by_default(
     assert err.startswith("openwop-memory: no admin socket: ")
     installed = tmp_path / "openwop-memory.toml"
     installed.write_text(f'admin_socket = "{tmp_path}/admin.sock"\n')
+    monkeypatch.setattr(cli_rpc, "INSTALLED_CONFIG", str(installed))
     monkeypatch.setattr(cli, "INSTALLED_CONFIG", str(installed))
     err = stderr_of(capsys, "inspect", "runs", "--timeout", "1", code=2)
     assert err == (
@@ -209,7 +213,7 @@ def test_the_installed_config_is_the_one_the_unit_serves_and_its_group_the_hints
     unit = (ROOT / "systemd" / "openwop-memory.service").read_text()
     assert f" serve --config {SHIPPED_CONFIG}\n" in unit
     assert "\nGroup=openwop-memory\n" in unit
-    assert "group openwop-memory " in cli.PERMISSION_HINT
+    assert "group openwop-memory " in cli_rpc.PERMISSION_HINT
 
 
 def test_health_permission_error_hints_at_the_group(

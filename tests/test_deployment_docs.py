@@ -23,14 +23,16 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from openwop_memory import cli_admin, cli_transfer
-from openwop_memory.cli import _health_parser
+from openwop_memory.cli import admin as cli_admin
+from openwop_memory.cli import transfer as cli_transfer
+from openwop_memory.cli.main import _health_parser
 from openwop_memory.config import Settings, load_settings
 from openwop_memory.server import descriptors_wanted
 from openwop_memory.storage.sqlite import SqliteStorage
 from openwop_memory.systemd import WORKER_SOCKET_NAMES
 from openwop_memory.wire.access_log import CLIENT_ERROR_LINES_PER_SECOND
 from openwop_memory_client._async_client import SOCKET_ENV, default_socket_path
+from support.deploy_measure import measure_load, measure_probe
 from test_deployment import (
     MANIFESTS,
     _documents,
@@ -39,8 +41,6 @@ from test_deployment import (
     _prose,
     _sidecar,
     import_pod,
-    measure_load,
-    measure_probe,
 )
 
 pytestmark = [pytest.mark.backend_independent]

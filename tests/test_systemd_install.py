@@ -33,9 +33,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.deploy_measure import measure_probe
 from support.deploy_tools import ensure_deploy_tools
 from support.postgres import PostgresServer
-from test_deployment import _PROBE_COST, _prose, assert_probe_cost_quoted, measure_probe
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.timeout(600)]
 
@@ -398,14 +398,10 @@ def test_the_install_page_runs_as_written(tmp_path: Path, scratch_root: Namespac
         # half interval.
         manager.wait_for("WATCHDOG=1", timeout=10)
         assert '"socket_activation":true' in manager.log().replace(" ", ""), manager.log()
-        # The probe's cost, as installed: what the page quotes.
-        cost = measure_probe(
-            "/run/openwop-memory/memory.sock", ns.argv("openwop-memory", "health"), env=env
+        # The probe, as installed, answers (what it costs is make bench's deployment suite).
+        measure_probe(
+            "/run/openwop-memory/memory.sock", ns.argv("openwop-memory", "health"), env=env, calls=1
         )
-        quoted = _PROBE_COST.findall(_prose(README.read_text()))
-        assert quoted
-        for wall, cpu in quoted:
-            assert_probe_cost_quoted("systemd/README.md", wall, cpu, cost)
         # The page's backup landed where root sees it, of the size the sidecar reported.
         (backed_up,) = [c for c in ran if c.startswith("openwop-memory backup")]
         copy = ns.root / "var/lib/openwop-memory/backups/memory.db"

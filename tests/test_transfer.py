@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openwop_memory.transfer import TransferError, entries_of, read_key
+from openwop_memory.service.transfer import TransferError, entries_of, read_key
 from support.backends import BACKENDS, Backend
 from support.protocol import begin, delete, issue, list_all, put, secrets_param
 from support.sidecar import EXE, RawClient, Sidecar, run_cli, unmeasured

@@ -32,6 +32,7 @@ from .storage.registry import create_storage
 from .wire.access_log import AccessLog
 from .wire.admin import ADMIN_METHODS
 from .wire.dispatch import Dispatcher
+from .wire.methods import bind
 
 if TYPE_CHECKING:
     # Imported when secrets_dir is set (see load_secrets_directory): most sidecars have none.
@@ -134,13 +135,14 @@ async def open_app(settings: Settings, *, notify: Callable[[str], object] | None
         service,
         max_request_bytes=settings.max_request_bytes,
         access_log=dispatcher.access_log,
-        methods=ADMIN_METHODS,
-        at_once={},
-        target=Inspector(
-            service,
-            storage,
-            max_list_limit=ServiceConfig.max_list_limit,
-            forget_batch=settings.sweep_batch,
+        methods=bind(
+            ADMIN_METHODS,
+            Inspector(
+                service,
+                storage,
+                max_list_limit=ServiceConfig.max_list_limit,
+                forget_batch=settings.sweep_batch,
+            ),
         ),
     )
     sweeper = Sweeper(service, interval=settings.sweep_interval, batch=settings.sweep_batch)

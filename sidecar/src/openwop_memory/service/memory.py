@@ -568,6 +568,16 @@ class MemoryService:
         answer = self.get_now(params)
         if not isinstance(answer, NotNow):
             return answer
+        return await self.get_stored(params)
+
+    async def get_stored(self, params: GetParams) -> dict[str, Any] | None:
+        """What :meth:`get` answers, read through the waiting path (what follows a
+        ``NOT_NOW`` from :meth:`get_now`, without trying it again).
+
+        :raises NotFoundError: no such run.
+        :raises ForbiddenError: the ref is another tenant's.
+        :raises UpstreamUnavailableError: the database failed.
+        """
         run = await self._any_run(params.runId, params.memoryRef)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:

@@ -20,7 +20,8 @@ from typing import Annotated
 from openwop_memory_client.wire import CONTROL_FREE, Name, RunId
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from .dispatch import Handler
+from ..service.inspector import Inspector
+from .methods import AnyMethod, Method
 
 # The access log's one-line budget is no concern here: an operator asks a few at a time.
 MAX_RUNS = 10_000
@@ -55,11 +56,11 @@ class ForgetParams(_AdminParams):
     subject: Name  # "subject:" + 128 characters stays within a tag's 256
 
 
-ADMIN_METHODS: dict[str, tuple[type[BaseModel], Handler]] = {
-    "admin.runs": (RunsParams, lambda i, p: i.runs(p.limit)),
-    "admin.run": (RunParams, lambda i, p: i.run(p.runId)),
-    "admin.scopes": (ScopesParams, lambda i, p: i.scopes(p.tenant)),
-    "admin.entry": (EntryParams, lambda i, p: i.entry(p.id)),
-    "admin.backup": (BackupParams, lambda i, p: i.backup(p.path)),
-    "admin.forget": (ForgetParams, lambda i, p: i.forget(p.tenant, p.subject)),
+ADMIN_METHODS: dict[str, AnyMethod[Inspector]] = {
+    "admin.runs": Method(RunsParams, lambda i, p: i.runs(p.limit)),
+    "admin.run": Method(RunParams, lambda i, p: i.run(p.runId)),
+    "admin.scopes": Method(ScopesParams, lambda i, p: i.scopes(p.tenant)),
+    "admin.entry": Method(EntryParams, lambda i, p: i.entry(p.id)),
+    "admin.backup": Method(BackupParams, lambda i, p: i.backup(p.path)),
+    "admin.forget": Method(ForgetParams, lambda i, p: i.forget(p.tenant, p.subject)),
 }

@@ -50,15 +50,15 @@ from openwop_memory_client.wire import MAX_TAGS, EntryInput, Name, Tag
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
-from .redaction import EMPTY_KEYRING, Keyring, PatternPolicy
-from .service.embedding import EmbeddingModel
-from .service.keyring_cache import HostSecrets
-from .service.keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
-from .service.put_policy import PutPolicy, RedactionPolicy
-from .service.refs import RefCodec
-from .service.stats import Stats
-from .storage.base import EntryRow, Scope, Storage, StoredEntry
-from .timefmt import format_us, now_us, parse_rfc3339
+from ..redaction import EMPTY_KEYRING, Keyring, PatternPolicy
+from ..storage.base import EntryRow, Scope, Storage, StoredEntry
+from ..timefmt import format_us, now_us, parse_rfc3339
+from .embedding import EmbeddingModel
+from .keyring_cache import HostSecrets
+from .keyring_memory import HostKeyringCache, KeyringBudget, KeyringCompiler
+from .put_policy import PutPolicy, RedactionPolicy
+from .refs import RefCodec
+from .stats import Stats
 
 FORMAT = "openwop-memory-export"
 VERSION = 1

@@ -14,19 +14,21 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__
-
-DEFAULT_SOCKET = "var/openwop-memory.sock"
-# Where the systemd install puts the config file `serve` reads (systemd/README.md).
-INSTALLED_CONFIG = "/etc/openwop-memory/openwop-memory.toml"
-# sun_path holds 108 bytes, the last a NUL.
-MAX_SOCKET_PATH_BYTES = 107
-PERMISSION_HINT = "is this user in the group openwop-memory (or the socket's group)?"
+from .. import __version__
+from .rpc import (
+    DEFAULT_SOCKET,
+    INSTALLED_CONFIG,
+    MAX_SOCKET_PATH_BYTES,
+    PERMISSION_HINT,
+    ConfigFileError,
+    ErrorAnswer,
+    ask,
+    socket_setting,
+)
 
 DESCRIPTION = (
     "The openwop-memory sidecar: OpenWOP run memory (RFC 0004) served as JSON-RPC 2.0 "
@@ -65,10 +67,6 @@ the socket is found as for `openwop-memory health`: --socket; OPENWOP_MEMORY_SOC
 """
 
 
-class ConfigFileError(Exception):
-    """The config file a command was told to read (or found installed) is unusable."""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -84,11 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return health(path, health_args.timeout)
     if args[:1] in (["inspect"], ["backup"], ["forget"]):
-        from . import cli_admin  # the operator's commands: only their own path pays for them
+        from . import (
+            admin as cli_admin,  # the operator's commands: only their own path pays for them
+        )
 
         return cli_admin.main(args)
     if args[:1] in (["export"], ["import"]):
-        from . import cli_transfer  # opens the database itself: no socket, no sidecar
+        from . import transfer as cli_transfer  # opens the database itself: no socket, no sidecar
 
         return cli_transfer.main(args)
     if args[:1] == ["metrics"]:
@@ -149,48 +149,12 @@ def _health_socket(args: argparse.Namespace) -> str:
     return found
 
 
-def socket_setting(
-    given: str | None, env: str, config: str | None, key: str, *, default: str | None
-) -> str | None:
-    """A socket path as the CLI's commands look it up: ``given`` (a flag), the variable
-    ``env``, the ``key`` of the TOML file ``config`` (else ``OPENWOP_MEMORY_CONFIG``, else
-    :data:`INSTALLED_CONFIG` if it exists), else ``default``.
-
-    :raises ConfigFileError: the named config file (or the installed one) cannot be read,
-        is not TOML, or its ``key`` is not a path.
-    """
-    if given:
-        return given
-    if os.environ.get(env):
-        return os.environ[env]
-    config = config or os.environ.get("OPENWOP_MEMORY_CONFIG")
-    if not config and os.path.exists(INSTALLED_CONFIG):
-        config = INSTALLED_CONFIG
-    if not config:
-        return default
-    import tomllib  # only here: a probe given no config file never reads TOML
-
-    try:
-        with open(config, "rb") as f:
-            value = tomllib.load(f).get(key, default)
-    except OSError as exc:
-        hint = f" ({PERMISSION_HINT})" if isinstance(exc, PermissionError) else ""
-        raise ConfigFileError(f"cannot read config file {config}: {exc.strerror}{hint}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigFileError(f"config file {config} is not valid TOML: {exc}") from None
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigFileError(f"invalid setting {key} (from config file {config}): not a path")
-    return value
-
-
 def _serve_main(argv: list[str]) -> int:
     import anyio
     import structlog
 
-    from . import server
-    from .config import (
+    from .. import server
+    from ..config import (
         DEPRECATED,
         ConfigError,
         DeprecatedSpelling,
@@ -199,8 +163,8 @@ def _serve_main(argv: list[str]) -> int:
         load_settings,
         setting_fields,
     )
-    from .errors import StartupError
-    from .logs import configure_logging
+    from ..errors import StartupError
+    from ..logs import configure_logging
 
     parser = argparse.ArgumentParser(
         prog="openwop-memory",
@@ -300,7 +264,7 @@ def _serve_main(argv: list[str]) -> int:
 
 
 def _metavar(name: str, field: Any) -> str:
-    from .config import choices_of, is_duration
+    from ..config import choices_of, is_duration
 
     choices = choices_of(field)
     if choices:
@@ -318,7 +282,7 @@ def _metavar(name: str, field: Any) -> str:
 
 def _flag_help(name: str, field: Any) -> str:
     """``description [env: OPENWOP_MEMORY_X; default: 7d]``, in the units users write."""
-    from .config import env_of, shown_default
+    from ..config import env_of, shown_default
 
     # argparse expands %-formats in help text; a description may hold a literal one.
     description = (field.description or name).replace("%", "%%")
@@ -352,7 +316,7 @@ def _new_sqlite_file(database: str) -> str | None:
     what it created), else ``None``."""
     if not database.startswith("sqlite://"):
         return None
-    from .storage.sqlite_factory import sqlite_path
+    from ..storage.sqlite_factory import sqlite_path
 
     path = sqlite_path(database)
     return None if os.path.exists(path) else path
@@ -367,30 +331,10 @@ def _remove_database(path: str) -> None:
             os.unlink(name)
 
 
-class ErrorAnswer(Exception):
-    """The socket answered with a JSON-RPC error; ``str()`` says which, in one line (its
-    code only: an error's message is the sidecar's, not the command's)."""
-
-    def __init__(self, method: str, error: object) -> None:
-        code = error.get("code") if isinstance(error, dict) else None
-        data = error.get("data") if isinstance(error, dict) else None
-        kind = data.get("error") if isinstance(data, dict) else None
-        if code == -32601:
-            # The admin socket serves the operator's methods only; health and metrics are
-            # the workers' socket's.
-            text = (
-                f"it does not serve {method} (method_not_found): is it the admin socket? "
-                "health and metrics ask the workers' socket (--socket)"
-            )
-        else:
-            text = f"it answered {method} with an error ({kind or code})"
-        super().__init__(text)
-
-
 def health(socket_path: str, timeout: float) -> int:
     """Exit status for ``openwop-memory health``: 0 ok, 1 degraded, 2 nothing answers."""
     try:
-        result = _ask(socket_path, "sidecar.health", timeout)
+        result = ask(socket_path, "sidecar.health", timeout)
         status = result["status"]
     except (OSError, ValueError, KeyError, TypeError, ErrorAnswer) as exc:
         reason = _no_answer_reason(exc, socket_path)
@@ -403,7 +347,7 @@ def health(socket_path: str, timeout: float) -> int:
 def metrics(socket_path: str, timeout: float) -> int:
     """Exit status for ``openwop-memory metrics``: 0 (the page printed), 2 nothing answers."""
     try:
-        text = _ask(socket_path, "sidecar.metrics", timeout)["text"]
+        text = ask(socket_path, "sidecar.metrics", timeout)["text"]
         if not isinstance(text, str):
             raise TypeError("text")
     except (OSError, ValueError, KeyError, TypeError, ErrorAnswer) as exc:
@@ -429,27 +373,3 @@ def _no_answer_reason(exc: Exception, socket_path: str) -> str:
     if isinstance(exc, PermissionError):
         reason += f" ({PERMISSION_HINT})"
     return reason
-
-
-def _ask(socket_path: str, method: str, timeout: float) -> Any:
-    """The result of one request without params.
-
-    :raises OSError: no connection or no answer in time.
-    :raises ValueError: the answer is not JSON.
-    :raises ErrorAnswer: the answer is an error.
-    :raises KeyError: the answer is neither a result nor an error.
-    """
-    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}}
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(socket_path)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        with s.makefile("rb") as f:
-            answer = json.loads(f.readline())
-    if isinstance(answer, dict) and "error" in answer:
-        raise ErrorAnswer(method, answer["error"])
-    return answer["result"]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the command's path imports the rest once its arguments are read
-    from .config import Settings
-    from .storage.base import Storage
-    from .transfer import Imported, ImportRules
+    from ..config import Settings
+    from ..service.transfer import Imported, ImportRules
+    from ..storage.base import Storage
 
 _EPILOG = """\
 The database is --database, else OPENWOP_MEMORY_DATABASE, else the database key of the
@@ -44,8 +44,8 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     import anyio
 
-    from .config import ConfigError, load_settings
-    from .logs import configure_logging
+    from ..config import ConfigError, load_settings
+    from ..logs import configure_logging
 
     flags: dict[str, object] = {"database": args.database}
     if args.command == "export":
@@ -72,9 +72,9 @@ class _Failed(Exception):
 async def _run(args: argparse.Namespace, settings: Settings) -> str:
     from openwop_memory_client import MemoryServiceError
 
-    from .storage.base import StorageStartupError
-    from .storage.registry import create_storage
-    from .transfer import TransferError
+    from ..service.transfer import TransferError
+    from ..storage.base import StorageStartupError
+    from ..storage.registry import create_storage
 
     try:
         storage = create_storage(settings)
@@ -119,8 +119,8 @@ async def _import(storage: Storage, path: str, settings: Settings) -> Imported:
     :raises TransferError: see :func:`~openwop_memory.transfer.import_from`.
     :raises _Failed: the file or the secrets cannot be read.
     """
-    from .service.embedding import EmbeddingModel
-    from .transfer import import_from
+    from ..service.embedding import EmbeddingModel
+    from ..service.transfer import import_from
 
     await storage.open()
     rules = await _import_rules(settings)
@@ -136,9 +136,9 @@ async def _import(storage: Storage, path: str, settings: Settings) -> Imported:
 
 async def _import_rules(settings: Settings) -> ImportRules:
     """What a put under ``settings`` applies, with ``secrets_dir``'s secrets loaded."""
-    from .app import load_secrets_directory
-    from .errors import StartupError
-    from .transfer import ImportRules
+    from ..app import load_secrets_directory
+    from ..errors import StartupError
+    from ..service.transfer import ImportRules
 
     try:
         host = await load_secrets_directory(settings)
@@ -154,7 +154,7 @@ async def _import_rules(settings: Settings) -> ImportRules:
 
 
 async def _export(storage: Storage, path: str) -> str:
-    from .transfer import export_to
+    from ..service.transfer import export_to
 
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)

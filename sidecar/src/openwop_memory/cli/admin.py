@@ -24,13 +24,12 @@ import argparse
 import json
 import os
 import re
-import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .backup_check import backup_unseen
-from .cli import INSTALLED_CONFIG, ConfigFileError, socket_setting
+from ..backup_check import backup_unseen
+from .rpc import INSTALLED_CONFIG, ConfigFileError, answer_to, socket_setting
 
 _CONTENT_WIDTH = 60
 
@@ -59,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     method, params = _request(args)
     try:
-        answer = _ask(path, method, params, args.timeout)
+        answer = answer_to(path, method, args.timeout, params)
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         print(f"openwop-memory: no answer on the admin socket {path}: {reason}", file=sys.stderr)
@@ -191,19 +190,6 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     if args.what == "scopes":
         return "admin.scopes", {"tenant": args.tenant}
     return "admin.entry", {"id": args.entry_id}
-
-
-def _ask(path: str, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        with s.makefile("rb") as f:
-            answer = json.loads(f.readline())
-    if not isinstance(answer, dict):
-        raise ValueError("not a JSON-RPC answer")
-    return answer
 
 
 def _render(args: argparse.Namespace, result: Any) -> str:
