@@ -42,6 +42,12 @@ NOT_AT_STARTUP = [
     "tokenizers",
     "safetensors",
     "openwop_memory.storage.vector_cache",
+    # The [mcp] extra is installed in the test venv: `openwop-memory mcp` alone imports it.
+    "openwop_memory.mcp_server",
+    "mcp",
+    "mcp_types",
+    "starlette",
+    "uvicorn",
 ]
 
 
