@@ -192,7 +192,7 @@ async def test_two_sessions_writing_one_scope_concurrently_lose_nothing(
 
 
 async def test_a_session_reads_one_snapshot_and_a_replay_reads_the_original(
-    mcp_http: HttpServer,
+    mcp_http: HttpServer, shared_sidecar: Sidecar
 ) -> None:
     async with http_session(mcp_http) as writer:
         ref = await scope(writer, "snapshots")
@@ -200,6 +200,15 @@ async def test_a_session_reads_one_snapshot_and_a_replay_reads_the_original(
         put = await call(writer, "memory_put", memoryRef=ref, content="written in session one")
         # The session's reads stay on its snapshot: its own write is after it.
         assert (await call(writer, "memory_list", memoryRef=ref))["entries"] == []
+        async with AsyncMemoryClient(shared_sidecar.socket) as raw:
+            open_runs = (await raw.stats())["activeRuns"]
+    async with AsyncMemoryClient(shared_sidecar.socket) as raw:
+        # Closing the session (the SDK's DELETE) ends its run (the teardown may trail the
+        # DELETE's answer a little).
+        deadline = time.monotonic() + 5
+        while (await raw.stats())["activeRuns"] != open_runs - 1:
+            assert time.monotonic() < deadline, "the session's run is still open"
+            await anyio.sleep(0.02)
     async with http_session(mcp_http) as later:
         seen = await call(later, "memory_list", memoryRef=ref)
         assert seen["entries"] == [put["entry"]]
@@ -302,8 +311,8 @@ async def test_tool_errors_are_well_formed_and_another_tenants_ref_is_not_found(
         assert await other.get(foreign, theirs.id) is not None  # the foreign delete did nothing
 
 
-async def test_http_refuses_requests_without_the_token_and_other_addresses_without_auth(
-    mcp_http: HttpServer,
+async def test_http_serves_loopback_and_refuses_no_token_and_other_addresses_without_auth(
+    mcp_http: HttpServer, shared_sidecar: Sidecar
 ) -> None:
     transport = httpx2.AsyncHTTPTransport(uds=str(mcp_http.uds))
     async with httpx2.AsyncClient(transport=transport) as http:
