@@ -144,6 +144,13 @@ async def attack_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_attack(config)
 
 
+async def mcp_suite(options: Options, workdir: Path) -> SuiteResult:
+    """A tool call through `openwop-memory mcp` against the same get on the raw socket."""
+    from bench.mcp_bench import run_mcp  # the [mcp] extra: imported only when this suite runs
+
+    return await run_mcp(options.sidecar_exe, workdir, 200 if options.quick else 2000)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
 SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
@@ -152,6 +159,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("relevance", relevance_suite),
     ("metrics", metrics_suite),
     ("attack", attack_suite),
+    ("mcp", mcp_suite),
 ]
 
 
