@@ -9,16 +9,17 @@ no argument's value; another tenant's ref answers as an unknown one does.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -101,6 +102,27 @@ async def stdio_session(sidecar: Sidecar, secrets: Path) -> AsyncIterator[Client
         yield client
 
 
+T = TypeVar("T")
+
+
+async def own_loop(body: Callable[[], Awaitable[T]]) -> T:
+    """``body()`` on an event loop of its own, in a worker thread. For the SDK's stdio client:
+    after its session closes, a callback of the asyncio subprocess it ran can still fire,
+    and fail (InvalidStateError), on the loop the module's later tests share."""
+    return await anyio.to_thread.run_sync(lambda: anyio.run(body))
+
+
+def fresh_loop(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """The test on a loop of its own (:func:`own_loop`): the SDK's HTTP client, too, can
+    leave a callback behind at close that fails on the shared loop of later tests."""
+
+    @functools.wraps(test)
+    async def wrapper(*args: Any, **kwargs: Any) -> None:
+        await own_loop(lambda: test(*args, **kwargs))
+
+    return wrapper
+
+
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, arguments)
     assert not result.is_error, result.structured_content
@@ -123,16 +145,22 @@ async def scope(client: Client, agent: str) -> str:
     return ref
 
 
+@fresh_loop
 async def test_stdio_tools_carry_schemas_annotations_and_the_rfc_0020_capabilities(
     shared_sidecar: Sidecar, tmp_path: Path
 ) -> None:
     secrets = tmp_path / "secrets.json"
     secrets.write_text("{}")
-    async with stdio_session(shared_sidecar, secrets) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-        experimental = client.server_capabilities.experimental or {}
-        ref = await scope(client, "stdio-agent")
-        put = await call(client, "memory_put", memoryRef=ref, content="tea at four", tags=["t"])
+
+    async def session() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with stdio_session(shared_sidecar, secrets) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            experimental = client.server_capabilities.experimental or {}
+            ref = await scope(client, "stdio-agent")
+            put = await call(client, "memory_put", memoryRef=ref, content="tea at four", tags=["t"])
+        return tools, experimental, put
+
+    tools, experimental, put = await own_loop(session)
     assert put["entry"]["content"] == "tea at four" and put["entry"]["tags"] == ["t"]
     check_entry(put["entry"])
     expected = {
@@ -166,6 +194,7 @@ async def test_stdio_tools_carry_schemas_annotations_and_the_rfc_0020_capabiliti
     check_mcp_capabilities(caps["mcp"])
 
 
+@fresh_loop
 async def test_two_sessions_writing_one_scope_concurrently_lose_nothing(
     mcp_http: HttpServer,
 ) -> None:
@@ -191,6 +220,7 @@ async def test_two_sessions_writing_one_scope_concurrently_lose_nothing(
     assert sorted(entry["id"] for entry in listed["entries"]) == sorted(ids)
 
 
+@fresh_loop
 async def test_a_session_reads_one_snapshot_and_a_replay_reads_the_original(
     mcp_http: HttpServer, shared_sidecar: Sidecar
 ) -> None:
@@ -231,6 +261,7 @@ async def test_a_session_reads_one_snapshot_and_a_replay_reads_the_original(
         assert other["error"] == "conflict"
 
 
+@fresh_loop
 async def test_a_secret_registered_for_the_session_never_comes_back(
     mcp_http: HttpServer, shared_sidecar: Sidecar, tmp_path: Path
 ) -> None:
@@ -245,12 +276,18 @@ async def test_a_secret_registered_for_the_session_never_comes_back(
         info = await call(client, "session_info")
     secrets = tmp_path / "secrets.json"
     secrets.write_text("{}")
-    async with stdio_session(shared_sidecar, secrets) as reader:
-        answers = [
-            await client_call_raw(reader, "memory_list", memoryRef=ref),
-            await client_call_raw(reader, "memory_search", memoryRef=ref, query="keys"),
-            await client_call_raw(reader, "memory_get", memoryRef=ref, id=stored["entry"]["id"]),
-        ]
+
+    async def read() -> list[Any]:
+        async with stdio_session(shared_sidecar, secrets) as reader:
+            return [
+                await client_call_raw(reader, "memory_list", memoryRef=ref),
+                await client_call_raw(reader, "memory_search", memoryRef=ref, query="keys"),
+                await client_call_raw(
+                    reader, "memory_get", memoryRef=ref, id=stored["entry"]["id"]
+                ),
+            ]
+
+    answers = await own_loop(read)
     text = json.dumps(answers) + json.dumps(info)
     assert "[REDACTED:filekey]" in text
     assert SECRET not in text and added not in text
@@ -262,6 +299,7 @@ async def client_call_raw(client: Client, tool: str, **arguments: Any) -> Any:
     return result.model_dump(mode="json")
 
 
+@fresh_loop
 async def test_tool_errors_are_well_formed_and_another_tenants_ref_is_not_found(
     mcp_http: HttpServer, shared_sidecar: Sidecar
 ) -> None:
@@ -311,6 +349,7 @@ async def test_tool_errors_are_well_formed_and_another_tenants_ref_is_not_found(
         assert await other.get(foreign, theirs.id) is not None  # the foreign delete did nothing
 
 
+@fresh_loop
 async def test_http_serves_loopback_and_refuses_no_token_and_other_addresses_without_auth(
     mcp_http: HttpServer, shared_sidecar: Sidecar
 ) -> None:
@@ -326,6 +365,7 @@ async def test_http_serves_loopback_and_refuses_no_token_and_other_addresses_wit
     assert no_tenant.returncode == 2 and "--tenant" in no_tenant.stderr
 
 
+@fresh_loop
 async def test_the_docs_example_session_runs_and_prints_what_it_says(
     shared_sidecar: Sidecar, tmp_path: Path
 ) -> None:
@@ -350,3 +390,32 @@ async def test_the_docs_example_session_runs_and_prints_what_it_says(
     for line in printed:
         assert f"# {line}" in code, f"docs/mcp.md does not say it prints {line!r}"
     assert printed[-1] == "stored: deploy key is [REDACTED:deploy]"
+
+
+@fresh_loop
+async def test_stdio_tenancy_is_the_spawning_users_under_the_sidecars_tenant_binding(
+    tmp_path: Path,
+) -> None:
+    """The server connects as the user who spawned it: the sidecar's binding for that user
+    decides which `--tenant` works (here this user may use `mcp-allowed` only)."""
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text("{}")
+    table = json.dumps({f"uid:{os.geteuid()}": ["mcp-allowed"]})
+    with socket_workdir(tmp_path) as workdir, Sidecar(workdir, "--tenant-binding", table) as bound:
+        params = StdioServerParameters(
+            command=EXE,
+            args=["mcp", "--socket", str(bound.socket), "--tenant", "mcp-allowed"],
+        )
+
+        async def sessions() -> tuple[dict[str, Any], dict[str, Any]]:
+            async with Client(params) as allowed:
+                ref = await scope(allowed, "agent")
+                await call(allowed, "memory_put", memoryRef=ref, content="bound")
+            params.args[-1] = "mcp-denied"
+            async with Client(params) as denied:
+                refused = await error_of(denied, "memory_scope", agent="agent")
+                listed = await error_of(denied, "memory_list", memoryRef=ref)
+            return refused, listed
+
+        refused, listed = await own_loop(sessions)
+    assert refused["error"] == listed["error"] == "forbidden"

@@ -9,6 +9,7 @@ own: its run begins and ends with that one call.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
@@ -18,7 +19,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
-from openwop_memory_client import AsyncMemoryClient, __version__
+from openwop_memory_client import AsyncMemoryClient, OpenWopMemoryError, __version__
 
 from .session import McpSession
 from .tools import TOOLS, call_tool
@@ -109,8 +110,11 @@ def build_server(backend: Backend) -> Server[Backend]:
     async def on_initialized(
         ctx: ServerRequestContext[Backend, Any], params: types.NotificationParams
     ) -> None:
-        # The session's snapshot is taken when it starts, not at its first tool call.
-        await _session_of(ctx).run()
+        # The session's snapshot is taken when it starts, not at its first tool call. A
+        # failure here (the sidecar refuses the tenant, or is down) is reported by the first
+        # tool call, which begins the run again.
+        with contextlib.suppress(OpenWopMemoryError):
+            await _session_of(ctx).run()
 
     async def decline_discover(
         ctx: ServerRequestContext[Backend, Any], params: types.RequestParams

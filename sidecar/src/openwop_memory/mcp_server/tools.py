@@ -181,6 +181,7 @@ _VALIDATORS = {
 _MESSAGES = {
     "validation_error": "the arguments do not match the tool's input schema",
     "not_found": "no such entry, scope or run",
+    "forbidden": "the sidecar's tenant binding does not let this user use the tenant",
     "secret_leakage": "the entry was refused: it holds a secret",
     "conflict": "the idempotencyKey was used for a different entry",
     "replay_memory_snapshot_unavailable": "that run's snapshot is no longer available",
@@ -224,6 +225,10 @@ def ok_result(body: dict[str, Any]) -> types.CallToolResult:
 
 def _kind_of(exc: OpenWopMemoryError) -> tuple[str, str | None]:
     """The tool error kind of a client error (a foreign ref is ``not_found``, as unknown is)."""
+    if isinstance(exc, ForbiddenError) and exc.details.get("resource") == "tenant":
+        # The sidecar's tenant binding refuses the user running this server its tenant: a
+        # setup error, about no scope or entry, so it is told as it is.
+        return "forbidden", None
     if isinstance(exc, ForbiddenError | RunNotFoundError):
         return "not_found", None
     if isinstance(exc, MemoryValidationError):
