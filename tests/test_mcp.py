@@ -358,6 +358,10 @@ async def test_http_serves_loopback_and_refuses_no_token_and_other_addresses_wit
         for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}):
             answer = await http.post("http://localhost/mcp", json={}, headers=headers)
             assert answer.status_code == 401
+        # With the token, a Host that is not a loopback name is refused (DNS rebinding).
+        rebound = {"Authorization": f"Bearer {TOKEN}", "Host": "attacker.example"}
+        answer = await http.post("http://localhost/mcp", json={}, headers=rebound)
+        assert answer.status_code == 421
     refused = run_cli("mcp", "--tenant", "t", "--transport", "http", "--host", "0.0.0.0")  # noqa: S104 - refused
     assert refused.returncode == 2
     assert "not a loopback address" in refused.stderr

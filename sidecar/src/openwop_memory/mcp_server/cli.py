@@ -88,7 +88,8 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
     if importlib.util.find_spec("mcp") is None:
         print(
-            "openwop-memory mcp: the MCP SDK is not installed: pip install 'openwop-memory[mcp]'",
+            "openwop-memory mcp: the MCP SDK is not installed"
+            " (the [mcp] extra: pip install './sidecar[mcp]')",
             file=sys.stderr,
         )
         return 2
