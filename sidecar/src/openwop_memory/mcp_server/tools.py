@@ -11,6 +11,7 @@ entry answer alike (``not_found`` for ``memory_get``/``memory_put``, ``[]`` for 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,8 @@ from openwop_memory_client import (
 )
 
 from .session import McpSession
+
+_log = logging.getLogger("openwop_memory.mcp")
 
 _REF = {"type": "string", "minLength": 1, "maxLength": 512, "description": "a scope's memoryRef"}
 _ID = {"type": "string", "minLength": 1, "maxLength": 512, "description": "an entry's id"}
@@ -288,6 +291,12 @@ async def call_tool(
         return error_result(exc.kind, exc.field)
     except OpenWopMemoryError as exc:
         return error_result(*_kind_of(exc))
+    except Exception as exc:  # noqa: BLE001 - a fault here still answers a well-formed error
+        # Anything else is a fault here; its message could quote an argument, so only its
+        # type is logged (on stderr: stdout is the stdio transport) and the caller gets
+        # the fixed internal_error.
+        _log.error("tool %s failed: %s", name, type(exc).__name__)
+        return error_result("internal_error")
 
 
 async def _listing(session: McpSession, args: dict[str, Any], query: str | None) -> dict[str, Any]:
