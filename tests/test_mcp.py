@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -65,6 +66,8 @@ def mcp_http(
                 assert proc.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
+            # Only this user may connect (uvicorn's own socket would be 0666).
+            assert stat.S_IMODE(uds.stat().st_mode) == 0o600
             yield HttpServer(proc, uds, log)
         finally:
             proc.terminate()

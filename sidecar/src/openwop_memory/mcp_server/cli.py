@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import ipaddress
 import json
 import os
 import sys
@@ -51,15 +50,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _read_secrets(path: str) -> dict[str, str]:
     """:raises ValueError: the file is not a JSON object of non-empty strings (no value named)."""
     try:
@@ -93,7 +83,7 @@ def main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from .server import Backend, capabilities, serve_http, serve_stdio
+    from .server import Backend, capabilities, is_loopback, serve_http, serve_stdio
 
     if args.capabilities:
         print(json.dumps({"capabilities": capabilities()}))
@@ -112,7 +102,7 @@ def main(argv: Sequence[str]) -> int:
     if (
         args.transport == "http"
         and args.unix_socket is None
-        and not _is_loopback(args.host)
+        and not is_loopback(args.host)
         and token is None
     ):
         print(
@@ -137,7 +127,7 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         anyio.run(serve, backend="asyncio")
-    except SidecarUnavailableError as exc:
+    except (SidecarUnavailableError, OSError) as exc:
         print(f"openwop-memory mcp: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,7 +10,11 @@ own: its run begins and ends with that one call.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
+import ipaddress
+import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -194,25 +198,69 @@ def http_app(backend: Backend, *, token: str | None, loopback: bool) -> Any:
     return BearerAuth(app, token) if token is not None else app
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_unix(path: str) -> socket.socket:
+    """A listening Unix socket at ``path`` that only this user may connect to (0600).
+
+    Bound here rather than by uvicorn, which makes its socket 0666: any local user could
+    then act as this server's tenant. A stale socket file (nobody listening) is replaced.
+
+    :raises OSError: the path is in use by a live listener, or cannot be bound.
+    """
+    if os.path.exists(path):
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)
+            else:
+                raise OSError(errno.EADDRINUSE, f"{path} is in use by a running server")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    sock.listen(128)
+    return sock
+
+
 async def serve_http(
     backend: Backend,
     *,
-    host: str | None,
+    host: str,
     port: int,
     uds: str | None,
     token: str | None,
 ) -> None:
-    """Serve streamable HTTP on ``host:port`` or the Unix socket ``uds`` until cancelled."""
+    """Serve streamable HTTP on ``host:port`` or the Unix socket ``uds`` until cancelled.
+
+    :raises OSError: the address or socket cannot be bound.
+    """
     import uvicorn
 
-    loopback = uds is not None or host in (None, "127.0.0.1", "localhost", "::1")
+    loopback = uds is not None or is_loopback(host)
     app = http_app(backend, token=token, loopback=loopback)
-    config = uvicorn.Config(
-        app,
-        host=host or "127.0.0.1",
-        port=port,
-        uds=uds,
-        log_level="warning",
-        lifespan="on",
-    )
-    await uvicorn.Server(config).serve()
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    if uds is None:
+        await uvicorn.Server(config).serve()
+        return
+    sock = bind_unix(uds)
+    try:
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(uds)
