@@ -37,7 +37,9 @@ from openwop_memory_client.wire import (
     PARSE_ERROR,
     DeleteParams,
     EmptyParams,
+    GetKeyParams,
     GetParams,
+    HistoryParams,
     IssueRefParams,
     ListParams,
     PutParams,
@@ -67,7 +69,7 @@ log = structlog.get_logger("openwop_memory.request")
 # (the dispatcher's target, the validated params) → the result, or a coroutine making it.
 Handler = Callable[[Any, Any], Any]
 # Methods whose answer has no size bound but the request's own limit (many entries).
-_UNBOUNDED_ANSWERS = frozenset({"memory.list"})
+_UNBOUNDED_ANSWERS = frozenset({"memory.list", "memory.history"})
 
 
 class Pacer(Protocol):
@@ -109,6 +111,8 @@ _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
     "memory.get": (GetParams, lambda s, p: s.get(p)),
     "memory.put": (PutParams, lambda s, p: s.put(p)),
     "memory.delete": (DeleteParams, lambda s, p: s.delete(p)),
+    "memory.getKey": (GetKeyParams, lambda s, p: s.get_key(p)),
+    "memory.history": (HistoryParams, lambda s, p: s.history(p)),
     "sidecar.health": (EmptyParams, lambda s, p: s.health()),
     "sidecar.stats": (EmptyParams, lambda s, p: s.stats_snapshot()),
     "sidecar.metrics": (EmptyParams, lambda s, p: _metrics_answer(s)),
