@@ -48,6 +48,8 @@ NOT_AT_STARTUP = [
     "mcp_types",
     "starlette",
     "uvicorn",
+    "langgraph",  # the client's [langgraph] extra: the store only
+    "openwop_memory_client.langgraph_store",
 ]
 
 
