@@ -4,13 +4,19 @@ LangGraph's own calls (``put``/``get``/``search``/``delete``/``list_namespaces``
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import anyio
 import pytest
 from langgraph.store.base import GetOp, Item, PutOp, Result
 from openwop_memory_client.langgraph_store import OpenWopStore
-from support.sidecar import Sidecar
+from support.sidecar import Sidecar, unmeasured
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SECRET = "sk-lg-7c2e91ab44f0d3"
 
@@ -81,3 +87,26 @@ def test_a_value_that_is_not_json_is_refused_before_anything_is_sent(
     with pytest.raises(TypeError):
         s.put(("ns",), "k", bad)
     assert s.list_namespaces() == []
+
+
+def test_the_docs_graph_runs_and_prints_what_it_says(
+    shared_sidecar: Sidecar, tmp_path: Path
+) -> None:
+    from test_client_docs import python_block
+
+    code = python_block(ROOT / "docs" / "langgraph.md", after="## A small graph using the store")
+    env = {**unmeasured(os.environ), "OPENWOP_MEMORY_SOCKET": str(shared_sidecar.socket)}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed == ["recalled: ['the key is [REDACTED:api]']", "namespaces: [('notes', 'ada')]"]
+    for line in printed:
+        assert f"# {line}" in code, f"docs/langgraph.md does not say it prints {line!r}"
