@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 from langgraph.store.base import GetOp, Item, PutOp, Result
+from openwop_memory_client import MemoryClient
 from openwop_memory_client.langgraph_store import OpenWopStore
 from support.sidecar import Sidecar, unmeasured
 
@@ -62,6 +63,12 @@ def test_search_filters_pages_and_ranks_and_namespaces_are_listed(shared_sidecar
     assert s.list_namespaces() == [("docs", "a"), ("docs", "b"), ("misc",)]
     assert s.list_namespaces(prefix=("docs",)) == [("docs", "a"), ("docs", "b")]
     assert s.list_namespaces(max_depth=1) == [("docs",), ("misc",)]
+    # An entry another client wrote in a namespace's scope is not an item: searches skip it.
+    with MemoryClient(shared_sidecar.socket) as raw:
+        ref = raw.issue_ref(s._tenant, "langgraph", '["docs","a"]')
+        with raw.run(f"lg-raw-{uuid.uuid4()}", s._tenant) as run:
+            run.put(ref, "plain text about tea, not JSON")
+    assert len(s.search(("docs", "a"), query="tea", limit=100)) == 5
 
 
 def test_a_batch_reads_before_its_puts_and_the_next_call_sees_them(shared_sidecar: Sidecar) -> None:

@@ -154,9 +154,9 @@ class OpenWopStore(BaseStore):
                 await run.delete(scope, current.entry.id)
             return
         body: dict[str, Any] = {"key": op.key, "value": dict(op.value)}
-        if current is not None:  # the item's creation is its first revision's
-            first = json.loads(current.entry.content).get("createdAt")
-            body["createdAt"] = first or current.entry.created_at.isoformat()
+        previous = None if current is None else self._item(op.namespace, current.entry, Item)
+        if previous is not None:  # the item's creation is its first revision's
+            body["createdAt"] = previous.created_at.isoformat()
         ttl = None if op.ttl is None else timedelta(minutes=op.ttl)
         await run.put_keyed(scope, op.key, json.dumps(body, ensure_ascii=False), ttl=ttl)
         encoded = _encode(op.namespace)
@@ -181,6 +181,8 @@ class OpenWopStore(BaseStore):
                 entries = await run.list(scope, limit=_SCAN)
             for rank, entry in enumerate(entries):
                 item = self._item(namespace, entry, SearchItem)
+                if item is None:
+                    continue
                 if op.filter and not all(
                     _compare(item.value.get(k), v) for k, v in op.filter.items()
                 ):
@@ -196,7 +198,16 @@ class OpenWopStore(BaseStore):
 
     @staticmethod
     def _item(namespace: tuple[str, ...], entry: MemoryEntry, cls: Any) -> Any:
-        body = json.loads(entry.content)
+        """The item ``entry`` stores, or None for an entry that is not one of the store's
+        (written to the scope by another client)."""
+        try:
+            body = json.loads(entry.content)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or not isinstance(body.get("key"), str):
+            return None
+        if not isinstance(body.get("value"), dict):
+            return None
         created = body.get("createdAt") or entry.created_at.isoformat()
         return cls(
             namespace=namespace,
