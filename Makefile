@@ -22,9 +22,12 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 	touch $@
 
 # The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra;
-# the `search` extra (the embedding model) so that relevance by meaning is tested too.
+# the `search` extra (the embedding model) so that relevance by meaning is tested too; the
+# `mcp` extra so that `openwop-memory mcp` is tested (and the sidecar shown not to import it);
+# the client's `langgraph` extra for its LangGraph store.
 $(TSTAMP): $(STAMP) pyproject.toml sidecar/pyproject.toml
-	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search]' -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search,mcp]' \
+	    -e './client[langgraph]' -e '.[test]'
 	touch $@
 
 run: $(STAMP)

@@ -161,6 +161,13 @@ async def deployment_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_deployment(workdir)
 
 
+async def mcp_suite(options: Options, workdir: Path) -> SuiteResult:
+    """A tool call through `openwop-memory mcp` against the same get on the raw socket."""
+    from bench.mcp_bench import run_mcp  # the [mcp] extra: imported only when this suite runs
+
+    return await run_mcp(options.sidecar_exe, workdir, 200 if options.quick else 2000)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
 SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
@@ -170,6 +177,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("metrics", metrics_suite),
     ("attack", attack_suite),
     ("deployment", deployment_suite),
+    ("mcp", mcp_suite),
 ]
 
 

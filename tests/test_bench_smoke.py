@@ -98,6 +98,14 @@ DEPLOYMENT = [
     "deployment: CPU off the event loop's thread",
     "deployment: peak RSS under that load",
 ]
+MCP = [  # bench/mcp_bench.py: one column, like the relevance rows
+    "mcp: raw socket get p50",
+    "mcp: memory_get tool call p50 (HTTP, Unix socket)",
+    "mcp: tool call p50 / raw get p50",
+    "mcp: MCP server CPU per tool call",
+    "mcp: sidecar CPU per raw get",
+    "mcp: sidecar CPU per tool call",
+]
 RELEVANCE = [
     "embedding model load (first put or relevance list)",
     "RSS added by the embedding model (numpy, tokenizer, weights)",
@@ -204,6 +212,7 @@ def test_quick_bench_prints_every_metric() -> None:
     expected += [(name, "sqlite") for name in SQLITE_ONLY]
     expected += [(name, None) for name in RELEVANCE]
     expected += [(name, None) for name in DEPLOYMENT]
+    expected += [(name, None) for name in MCP]
     for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
         assert (name, column) in results, f"no JSON result {name!r} for {column}"

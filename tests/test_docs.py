@@ -121,6 +121,7 @@ def test_no_page_installs_the_unpublished_distributions_from_an_index() -> None:
     """Neither distribution is on a package index: pages install from the checkout."""
     pages = [README, ROOT / "sidecar" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     pages += [ROOT / "systemd" / "README.md", ROOT / "kubernetes" / "README.md"]
+    pages += [ROOT / "docs" / "mcp.md", ROOT / "docs" / "langgraph.md"]
     for page in pages:
         text = " ".join(page.read_text().split())
         # A name from an index; `NAME @ git+URL` (a direct reference) is no index's.

@@ -33,6 +33,14 @@ NOT_AT_STARTUP = [
     "tokenizers",
     "safetensors",
     "openwop_memory.storage.vector_cache",
+    # The [mcp] extra is installed in the test venv: `openwop-memory mcp` alone imports it.
+    "openwop_memory.mcp_server",
+    "mcp",
+    "mcp_types",
+    "starlette",
+    "uvicorn",
+    "langgraph",  # the client's [langgraph] extra: the store only
+    "openwop_memory_client.langgraph_store",
 ]
 
 

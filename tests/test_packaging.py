@@ -5,6 +5,7 @@ own talks to a real sidecar."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -59,12 +60,20 @@ def test_the_client_wheel_is_the_client_alone(dist: Path) -> None:
         metadata = wheel.read("openwop_memory_client-0.1.0.dist-info/METADATA").decode()
     assert "openwop_memory_client/py.typed" in files
     assert not [f for f in files if f.startswith("openwop_memory/")]
+    lines = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     requires = sorted(
         line.split(":", 1)[1].strip().split(">")[0].split("<")[0]
-        for line in metadata.splitlines()
-        if line.startswith("Requires-Dist:")
+        for line in lines
+        if "extra ==" not in line
     )
     assert requires == ["anyio", "pydantic"]
+    # Only the optional LangGraph store brings more, as an extra.
+    extras = sorted(
+        re.split(r"[<>=;, ]", line.split(":", 1)[1].strip())[0]
+        for line in lines
+        if "extra ==" in line
+    )
+    assert extras == ["langgraph"]
     # The package index shows the README as the description.
     assert "MemoryEntry" in metadata
 

@@ -40,3 +40,8 @@ def check_capabilities(result: Any) -> None:
     caps = result["capabilities"]
     _validator("capabilities.schema.json", ("properties", "agents")).validate(caps["agents"])
     _validator("capabilities.schema.json", ("properties", "memory")).validate(caps["memory"])
+
+
+def check_mcp_capabilities(mcp: Any) -> None:
+    """``mcp`` is a ``capabilities.mcp`` object (RFC 0020)."""
+    _validator("capabilities.schema.json", ("properties", "mcp")).validate(mcp)

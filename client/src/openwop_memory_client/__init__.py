@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._entry import EntryDict, MemoryEntry
+from ._entry import EntryDict, KeyedEntry, MemoryEntry, Revision
 from ._errors import (
     ConflictError,
     ForbiddenError,
@@ -60,6 +60,7 @@ __all__ = [
     "EntryInput",
     "ForbiddenError",
     "InternalError",
+    "KeyedEntry",
     "MemoryClient",
     "MemoryEntry",
     "MemoryListOptions",
@@ -72,6 +73,7 @@ __all__ = [
     "RateLimitedError",
     "ReplaySnapshotUnavailableError",
     "RequestTimeoutError",
+    "Revision",
     "RunBeginResult",
     "RunNotFoundError",
     "RunNotOpenError",

@@ -24,16 +24,21 @@ from ._convert import (
     TtlArg,
     add_secrets_params,
     begin_params,
+    history_params,
     id_params,
+    key_params,
     list_params,
     parse_begin,
     parse_entries,
     parse_entry,
+    parse_history,
+    parse_keyed,
     parse_optional_entry,
+    parse_optional_keyed,
     put_params,
     secrets_to_wire,
 )
-from ._entry import MemoryEntry
+from ._entry import KeyedEntry, MemoryEntry, Revision
 from ._errors import (
     InternalError,
     OpenWopMemoryError,
@@ -353,6 +358,68 @@ class AsyncMemoryRun:
             idempotency_key=idempotency_key,
         )
         return parse_entry(await self._call_open("memory.put", params))
+
+    async def put_keyed(
+        self,
+        memory_ref: str,
+        key: str,
+        content: ContentArg,
+        *,
+        expected_revision: int | None = None,
+        tags: Sequence[str] = (),
+        ttl: TtlArg = None,
+        expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
+    ) -> KeyedEntry:
+        """*(extension)* Write the entry as the next revision of ``key`` in the scope,
+        superseding the key's current revision for every run begun after (runs begun
+        before keep seeing it). Arguments as :meth:`put`.
+
+        :param expected_revision: write only if the key's current revision is this one
+            (0: the key has none), else :class:`ConflictError` with
+            ``details["revision"]``, the current revision; nothing is written then.
+        :raises ConflictError: the expected revision was not current, or
+            ``idempotency_key`` was used for another entry or key.
+        :raises MemoryValidationError, SecretLeakageError, ForbiddenError,
+            RunNotOpenError, ReplaySnapshotUnavailableError: as :meth:`put`.
+        """
+        self._check_open()
+        params = put_params(
+            self.run_id,
+            memory_ref,
+            content,
+            tags=tags,
+            ttl=ttl,
+            expires_at=expires_at,
+            idempotency_key=idempotency_key,
+            key=key,
+            expected_revision=expected_revision,
+        )
+        return parse_keyed(await self._call_open("memory.put", params))
+
+    async def get_key(self, memory_ref: str, key: str) -> KeyedEntry | None:
+        """*(extension)* The revision of ``key`` the run's snapshot sees, or None.
+
+        :raises RunNotOpenError: the run was never begun.
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        """
+        self._check_begun()
+        params = key_params(self.run_id, memory_ref, key)
+        return parse_optional_keyed(await self._client._request("memory.getKey", params))
+
+    async def history(
+        self, memory_ref: str, key: str, *, limit: int | None = None, before: int | None = None
+    ) -> builtins.list[Revision]:
+        """*(extension)* The stored revisions of ``key``, newest first, as the live store
+        holds them now (not the run's snapshot): at most ``limit`` (the sidecar's default
+        100, at most 1000), those numbered below ``before`` when given (the next page).
+
+        :raises RunNotOpenError: the run was never begun.
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        """
+        self._check_begun()
+        params = history_params(self.run_id, memory_ref, key, limit, before)
+        return parse_history(await self._client._request("memory.history", params))
 
     async def delete(self, memory_ref: str, id: str) -> bool:
         """Delete the live entry ``id`` of the scope; True if it existed and now is gone.

@@ -19,12 +19,22 @@ from typing import Any, Literal, TypeAlias
 
 import pydantic
 
-from ._entry import EntryDict, MemoryEntry, format_time, parse_entry_object
+from ._entry import (
+    EntryDict,
+    KeyedEntry,
+    MemoryEntry,
+    Revision,
+    format_time,
+    parse_entry_object,
+)
 from ._errors import InternalError, MemoryValidationError
 from .wire import (
     VENDOR_FILTER,
+    VENDOR_KEY,
     EntryInput,
+    GetKeyParams,
     GetParams,
+    HistoryParams,
     IssueRefParams,
     ListParams,
     MemoryListOptions,
@@ -364,18 +374,82 @@ def put_params(
     ttl: TtlArg,
     expires_at: datetime | None,
     idempotency_key: str | None,
+    key: str | None = None,
+    expected_revision: int | None = None,
 ) -> dict[str, Any]:
-    """``memory.put`` params, with a fresh idempotency key when none is given.
+    """``memory.put`` params, with a fresh idempotency key when none is given; with
+    ``key``, a keyed put (*(extension)*, ``expected_revision`` its compare-and-set).
 
     :raises MemoryValidationError: an argument is malformed or two of them conflict.
     """
-    params = {
+    params: dict[str, Any] = {
         "runId": run_id,
         "memoryRef": memory_ref,
         "entry": _entry(content, tags, ttl, expires_at),
         "idempotencyKey": idempotency_key if idempotency_key is not None else str(uuid.uuid4()),
     }
+    if key is not None:
+        keyed: dict[str, Any] = {"key": key}
+        if expected_revision is not None:
+            keyed["expectedRevision"] = expected_revision
+        params[VENDOR_KEY] = keyed
+    elif expected_revision is not None:
+        raise MemoryValidationError(
+            "expected_revision needs a key", {"field": f"{VENDOR_KEY}.expectedRevision"}
+        )
     return _checked(PutParams, params)
+
+
+def key_params(run_id: str, memory_ref: str, key: str) -> dict[str, Any]:
+    """:raises MemoryValidationError: an argument is malformed."""
+    return _checked(GetKeyParams, {"runId": run_id, "memoryRef": memory_ref, "key": key})
+
+
+def history_params(
+    run_id: str, memory_ref: str, key: str, limit: int | None, before: int | None
+) -> dict[str, Any]:
+    """:raises MemoryValidationError: an argument is malformed."""
+    params: dict[str, Any] = {"runId": run_id, "memoryRef": memory_ref, "key": key}
+    if limit is not None:
+        params["limit"] = limit
+    if before is not None:
+        params["before"] = before
+    return _checked(HistoryParams, params)
+
+
+def parse_keyed(value: Any) -> KeyedEntry:
+    """:raises InternalError: ``value`` is not a keyed answer ``{entry, key, revision}``."""
+    if not isinstance(value, dict):
+        raise InternalError("the sidecar answered a malformed keyed entry")
+    revision, key, superseded = value.get("revision"), value.get("key"), value.get("superseded")
+    if (
+        not isinstance(revision, int)
+        or isinstance(revision, bool)
+        or not isinstance(key, str)
+        or not (superseded is None or isinstance(superseded, str))
+    ):
+        raise InternalError("the sidecar answered a malformed keyed entry")
+    return KeyedEntry(parse_entry_object(value.get("entry")), key, revision, superseded)
+
+
+def parse_optional_keyed(value: Any) -> KeyedEntry | None:
+    """:raises InternalError: ``value`` is neither a keyed answer nor null."""
+    return None if value is None else parse_keyed(value)
+
+
+def parse_history(value: Any) -> list[Revision]:
+    """:raises InternalError: ``value`` is not a ``memory.history`` answer."""
+    revisions = value.get("revisions") if isinstance(value, dict) else None
+    if not isinstance(revisions, list):
+        raise InternalError("the sidecar answered a malformed history")
+    parsed = []
+    for item in revisions:
+        number = item.get("revision") if isinstance(item, dict) else None
+        state = item.get("state") if isinstance(item, dict) else None
+        if not isinstance(number, int) or state not in ("current", "superseded", "deleted"):
+            raise InternalError("the sidecar answered a malformed history")
+        parsed.append(Revision(number, state, parse_entry_object(item.get("entry"))))
+    return parsed
 
 
 def parse_entry(value: Any) -> MemoryEntry:

@@ -62,6 +62,28 @@ class MemoryEntry:
         return wire
 
 
+@dataclass(frozen=True, slots=True)
+class KeyedEntry:
+    """*(extension)* A revision of a key, as a keyed put and ``get_key`` return it: the
+    entry, its key, its revision number (1, 2, ... per key and scope), and for a put that
+    ended the key's previous revision, that revision's id (``superseded``)."""
+
+    entry: MemoryEntry
+    key: str
+    revision: int
+    superseded: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """*(extension)* One stored revision of a key, as ``history`` returns it; ``state`` is
+    ``"current"``, ``"superseded"`` or ``"deleted"``."""
+
+    revision: int
+    state: str
+    entry: MemoryEntry
+
+
 def format_time(value: datetime) -> str:
     """``2026-11-29T15:21:51.123456Z``: the wire's spelling of an aware datetime.
 

@@ -23,7 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
 from ._convert import ContentArg, OptionsArg, Rank, SecretsArg, TtlArg
-from ._entry import MemoryEntry
+from ._entry import KeyedEntry, MemoryEntry, Revision
 
 __all__ = ["MemoryClient", "MemoryRun"]
 
@@ -386,6 +386,45 @@ class MemoryRun:
                 expires_at=expires_at,
                 idempotency_key=idempotency_key,
             )
+        )
+
+    def put_keyed(
+        self,
+        memory_ref: str,
+        key: str,
+        content: ContentArg,
+        *,
+        expected_revision: int | None = None,
+        tags: Sequence[str] = (),
+        ttl: TtlArg = None,
+        expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
+    ) -> KeyedEntry:
+        """*(extension)* See :meth:`AsyncMemoryRun.put_keyed`."""
+        return self._client._call(
+            partial(
+                self._run.put_keyed,
+                memory_ref,
+                key,
+                content,
+                expected_revision=expected_revision,
+                tags=tags,
+                ttl=ttl,
+                expires_at=expires_at,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def get_key(self, memory_ref: str, key: str) -> KeyedEntry | None:
+        """*(extension)* See :meth:`AsyncMemoryRun.get_key`."""
+        return self._client._call(partial(self._run.get_key, memory_ref, key))
+
+    def history(
+        self, memory_ref: str, key: str, *, limit: int | None = None, before: int | None = None
+    ) -> builtins.list[Revision]:
+        """*(extension)* See :meth:`AsyncMemoryRun.history`."""
+        return self._client._call(
+            partial(self._run.history, memory_ref, key, limit=limit, before=before)
         )
 
     def delete(self, memory_ref: str, id: str) -> bool:

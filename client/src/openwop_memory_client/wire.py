@@ -187,11 +187,48 @@ class DeleteParams(GetParams):
     pass
 
 
+VENDOR_KEY = "vendor.openwop-memory.key"
+# An entry key: as an idempotency key (1-256 characters, no control characters).
+EntryKey = IdempotencyKey
+
+
+class KeyedPutOptions(_Params):
+    """*(extension)* ``params["vendor.openwop-memory.key"]`` of ``memory.put``: store the
+    entry as the next revision of ``key`` in its scope, superseding the current one.
+    ``expectedRevision``: the put is refused with ``conflict`` unless the key's current
+    revision is this one (0: the key must have no current revision)."""
+
+    key: EntryKey
+    expectedRevision: int | None = Field(default=None, ge=0, le=2**53)
+
+
 class PutParams(_Params):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, serialize_by_alias=True)
+
     runId: RunId
     memoryRef: str
     entry: EntryInput
     idempotencyKey: IdempotencyKey | None = None
+    vendor_key: KeyedPutOptions | None = Field(default=None, alias="vendor.openwop-memory.key")
+
+
+class GetKeyParams(_Params):
+    """*(extension)* ``memory.getKey``: the key's revision the run's snapshot sees."""
+
+    runId: RunId
+    memoryRef: str
+    key: EntryKey
+
+
+class HistoryParams(_Params):
+    """*(extension)* ``memory.history``: the key's stored revisions, newest first; with
+    ``before``, those numbered below it (the next page)."""
+
+    runId: RunId
+    memoryRef: str
+    key: EntryKey
+    limit: int | None = Field(default=None, ge=0)
+    before: int | None = Field(default=None, ge=1, le=2**53)
 
 
 class MemoryEntry(BaseModel):

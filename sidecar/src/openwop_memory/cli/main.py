@@ -91,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import transfer as cli_transfer  # opens the database itself: no socket, no sidecar
 
         return cli_transfer.main(args)
+    if args[:1] == ["mcp"]:
+        return _mcp_main(args[1:])
     if args[:1] == ["metrics"]:
         metrics_args = _health_parser(prog="openwop-memory metrics").parse_args(args[1:])
         try:
@@ -100,6 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return metrics(path, metrics_args.timeout)
     return _serve_main(args)
+
+
+def _mcp_main(argv: list[str]) -> int:
+    """``openwop-memory mcp``: the MCP server (the ``[mcp]`` extra), a process of its own."""
+    from ..mcp_server import cli as mcp_cli  # only this command imports it (never `serve`)
+
+    return mcp_cli.main(argv)
 
 
 def _health_parser(
@@ -176,7 +185,7 @@ def _serve_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,health,metrics,inspect,backup,forget,export,import,help}",
+        metavar="{serve,health,metrics,inspect,backup,forget,export,import,mcp,help}",
         title="commands",
     )
     serve = sub.add_parser(
@@ -227,6 +236,7 @@ def _serve_main(argv: list[str]) -> int:
     sub.add_parser("forget", help="remove a subject's entries from a tenant (admin socket)")
     sub.add_parser("export", help="write the whole memory to an NDJSON file (opens the database)")
     sub.add_parser("import", help="load an export into a new database (opens the database)")
+    sub.add_parser("mcp", help="serve the memory as MCP tools (the [mcp] extra; docs/mcp.md)")
     sub.add_parser("help", help="this help; `help COMMAND`: the command's")
     args = parser.parse_args(argv)
     flags = {name: getattr(args, name) for name in [*setting_fields(), *DEPRECATED]}

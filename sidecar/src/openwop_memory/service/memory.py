@@ -26,8 +26,11 @@ from openwop_memory_client import (
 )
 from openwop_memory_client.wire import (
     VENDOR_FILTER,
+    VENDOR_KEY,
     DeleteParams,
+    GetKeyParams,
     GetParams,
+    HistoryParams,
     IssueRefParams,
     ListFilterOptions,
     ListParams,
@@ -49,6 +52,7 @@ from ..storage.base import (
     EntryRow,
     ListFilter,
     PutOutcome,
+    PutResult,
     RunKey,
     RunRecord,
     Storage,
@@ -173,6 +177,21 @@ def entry_to_wire(row: EntryRow) -> dict[str, Any]:
     if row.expires_us is not None:
         entry["expiresAt"] = format_us(row.expires_us)
     return entry
+
+
+def _keyed_answer(key: str, result: PutResult) -> dict[str, Any]:
+    """*(extension)* The answer to a keyed put: the MemoryEntry under ``entry`` (valid
+    against the schema as it stands), beside the facts it has no room for."""
+    assert result.entry is not None
+    assert result.revision is not None
+    answer: dict[str, Any] = {
+        "entry": entry_to_wire(result.entry),
+        "key": key,
+        "revision": result.revision,
+    }
+    if result.superseded is not None:
+        answer["superseded"] = result.superseded
+    return answer
 
 
 def _created_or_resumed(run_id: str, result: BeginResult) -> RunRecord:
@@ -617,6 +636,12 @@ class MemoryService:
             raise ConflictError(
                 "the idempotency key was used for a different entry", {"field": "idempotencyKey"}
             )
+        if result.outcome is PutOutcome.REVISION_CONFLICT:
+            # The current revision (content-free) lets the writer read and try again.
+            raise ConflictError(
+                "the key's current revision is not the expected one",
+                {"field": f"{VENDOR_KEY}.expectedRevision", "revision": result.revision or 0},
+            )
         if result.outcome is PutOutcome.KEY_EXPIRED:
             # As a put repeated after expiresAt is refused before storage: the entry has
             # expired, its content is erased, and writing it again would resurrect it.
@@ -624,7 +649,61 @@ class MemoryService:
                 "the entry this idempotency key wrote has expired", {"field": "entry.expiresAt"}
             )
         assert result.entry is not None
+        if params.vendor_key is not None:
+            return _keyed_answer(params.vendor_key.key, result)
         return entry_to_wire(result.entry)
+
+    async def get_key(self, params: GetKeyParams) -> dict[str, Any] | None:
+        """*(extension)* ``memory.getKey``: the key's revision the run's snapshot sees, as
+        ``{entry, key, revision}``, or ``None``."""
+        run = await self._any_run(params.runId, params.memoryRef)
+        scope = self._refs.resolve(params.memoryRef, run.tenant)
+        if scope is None:
+            return None
+        storage = self._storage
+        found = await storage.get_key(
+            scope=scope,
+            snapshot=run.snapshot,
+            now_us=storage.clock_us(),
+            entry_key=self._refs.keyed_id(f"entry:{params.key}"),
+        )
+        if found is None:
+            return None
+        row, revision = found
+        return {"entry": entry_to_wire(row), "key": params.key, "revision": revision}
+
+    async def history(self, params: HistoryParams) -> dict[str, Any]:
+        """*(extension)* ``memory.history``: the key's stored revisions, newest first, as
+        the live store holds them (not the run's snapshot: a writer needs the revisions
+        committed since)."""
+        run = await self._any_run(params.runId, params.memoryRef)
+        scope = self._refs.resolve(params.memoryRef, run.tenant)
+        revisions: list[dict[str, Any]] = []
+        if scope is not None:
+            config = self._config
+            limit = min(params.limit or config.default_list_limit, config.max_list_limit)
+            storage = self._storage
+            found = await storage.key_history(
+                scope=scope,
+                now_us=storage.clock_us(),
+                entry_key=self._refs.keyed_id(f"entry:{params.key}"),
+                limit=limit,
+                before=params.before,
+            )
+            # Bounded as a list answer is: at most max_answer_bytes of entries, at least one.
+            spent = 0
+            for r in found:
+                encoded = orjson.dumps(entry_to_wire(r.entry))
+                spent += len(encoded) + 40  # the revision's own members, generously
+                item = {
+                    "revision": r.revision,
+                    "state": r.state.value,
+                    "entry": orjson.Fragment(encoded),
+                }
+                if spent > self._config.max_answer_bytes and revisions:
+                    break
+                revisions.append(item)
+        return {"key": params.key, "revisions": revisions}
 
     # -- sidecar -------------------------------------------------------------------------
 

@@ -114,10 +114,27 @@ class PutPolicy:
         """
         content, tags = await self.redacted_entry(keyring, scope.tenant, params.entry, uid)
         # The digest is over the redacted entry, so no secret value enters it.
-        digest = hashlib.sha256(orjson.dumps([content, tags, expires_us])).digest()
         # Keys are stored as keyed digests: a worker may well derive them from content.
         key = None if params.idempotencyKey is None else self._refs.keyed_id(params.idempotencyKey)
-        return PutRequest(scope, content, tags, expires_us, key, digest)
+        keyed = params.vendor_key
+        # An entry key is kept apart from idempotency keys of the same text ("entry:").
+        entry_key = None if keyed is None else self._refs.keyed_id(f"entry:{keyed.key}")
+        # The digest is over the redacted entry (and its entry key, so reusing an
+        # idempotency key for another key conflicts), so no secret value enters it.
+        parts: list[object] = [content, tags, expires_us]
+        if entry_key is not None:
+            parts.append(entry_key)
+        digest = hashlib.sha256(orjson.dumps(parts)).digest()
+        return PutRequest(
+            scope,
+            content,
+            tags,
+            expires_us,
+            key,
+            digest,
+            entry_key=entry_key,
+            expected_revision=None if keyed is None else keyed.expectedRevision,
+        )
 
     async def redacted_entry(
         self, keyring: Keyring, tenant: str, entry: EntryInput, uid: int | None = None

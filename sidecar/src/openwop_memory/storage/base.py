@@ -162,6 +162,11 @@ class PutRequest:
     idempotency_key: str | None
     digest: bytes
     vector: bytes | None = None
+    # A keyed put (an extension): the keyed digest of the entry key (as idempotency keys
+    # are stored, so no plaintext key reaches the database), and the revision the caller
+    # expects to be current (0: none), or None for no check.
+    entry_key: str | None = None
+    expected_revision: int | None = None
 
 
 class PutOutcome(enum.Enum):
@@ -173,14 +178,20 @@ class PutOutcome(enum.Enum):
     # The key was kept with the same digest, but its entry's expiresAt has passed: its
     # content is erased (or about to be), so there is nothing to return; nothing written.
     KEY_EXPIRED = "key_expired"
+    # A keyed put whose expected revision is not the key's current one; nothing written.
+    REVISION_CONFLICT = "revision_conflict"
 
 
 @dataclass(frozen=True, slots=True)
 class PutResult:
-    """``entry`` is set exactly when ``outcome`` is STORED or REPLAYED."""
+    """``entry`` is set exactly when ``outcome`` is STORED or REPLAYED. For a keyed entry,
+    ``revision`` is its revision; on REVISION_CONFLICT, it is the key's current revision
+    (0: none). ``superseded`` is the id of the revision a STORED keyed put superseded."""
 
     outcome: PutOutcome
     entry: EntryRow | None = None
+    revision: int | None = None
+    superseded: str | None = None
 
 
 KEY_CONFLICT = PutResult(PutOutcome.KEY_CONFLICT)
@@ -193,6 +204,23 @@ def replayed(entry: EntryRow | None, now_us: int) -> PutResult:
     if entry is None or (entry.expires_us is not None and entry.expires_us <= now_us):
         return KEY_EXPIRED
     return PutResult(PutOutcome.REPLAYED, entry)
+
+
+class RevisionState(enum.Enum):
+    """Where a revision of a key stands in the live store."""
+
+    CURRENT = "current"  # not deleted (it may have expired: then it is not returned)
+    SUPERSEDED = "superseded"  # a later revision of the key replaced it
+    DELETED = "deleted"  # deleted by id, with no later revision replacing it
+
+
+class Revision(NamedTuple):
+    """One stored revision of a key: its number (1, 2, ... per key and scope), its entry,
+    and its state."""
+
+    revision: int
+    entry: EntryRow
+    state: RevisionState
 
 
 @dataclass(slots=True)
@@ -354,11 +382,34 @@ class Storage(Protocol):
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
         """Store a new entry, unless its idempotency key is already kept in its scope.
 
+        With ``entry_key``, in the same transaction: the key's current revision (its
+        latest, if neither deleted nor expired at ``now_us``) must be
+        ``expected_revision`` when that is given, else REVISION_CONFLICT (nothing
+        written); the new entry becomes revision ``latest + 1`` and the current one is
+        tombstoned at the new entry's commit position. Writers of the key (of any
+        sidecar sharing the database) are serialised, so no acknowledged revision is lost.
+
         A new entry gets its id from :func:`~openwop_memory.domain.new_entry_id` and its
         createdAt from the commit; ``now_us`` dates the idempotency key. A kept key whose
         entry expired at or before ``now_us`` (or was swept) answers KEY_EXPIRED with the
         same digest, KEY_CONFLICT with another: an expired entry is never returned.
         """
+
+    async def get_key(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str
+    ) -> tuple[EntryRow, int] | None:
+        """The revision of ``entry_key`` (a keyed digest) the snapshot sees, with its
+        number: the one entry of the key visible to it (a supersede ends the old revision
+        at the new one's commit position, as a delete does), else ``None``."""
+
+    async def key_history(
+        self, *, scope: Scope, now_us: int, entry_key: str, limit: int, before: int | None = None
+    ) -> Sequence[Revision]:
+        """Up to ``limit`` stored revisions of ``entry_key`` in ``scope``, newest first, as
+        the live store holds them at ``now_us``: expired ones are left out (their content
+        is never returned), superseded and deleted ones stay until the sweep purges them
+        (not before the replay retention has passed since they ended). With ``before``, only
+        revisions numbered below it (the next page)."""
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;

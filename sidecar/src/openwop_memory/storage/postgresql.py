@@ -25,6 +25,7 @@ connection. A failed commit leaves no trace: new scope ids are cached only once 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
@@ -52,6 +53,8 @@ from .base import (
     PutOutcome,
     PutRequest,
     PutResult,
+    Revision,
+    RevisionState,
     RunInfo,
     RunKey,
     RunRecord,
@@ -521,7 +524,36 @@ class PostgresqlStorage:
                     if bytes(earlier[0]) != request.digest:
                         return KEY_CONFLICT
                     kept = None if earlier[1] is None else _row(tuple(earlier)[2:])
-                    return replayed(kept, now_us)
+                    answer = replayed(kept, now_us)
+                    if request.entry_key is None or answer.entry is None:
+                        return answer
+                    revision = await conn.fetchval(
+                        "SELECT revision FROM entry_keys WHERE scope_pk = $1 AND seq = $2",
+                        scope_pk,
+                        earlier[1],
+                    )
+                    return dataclasses.replace(answer, revision=revision)
+            head: tuple[int, int, int | None, str | None] | None = None
+            if request.entry_key is not None:
+                # Under the tenant's clock lock: no other writer of the key runs meanwhile.
+                found = await conn.fetchrow(
+                    "SELECT k.revision, k.seq, e.id, e.deleted_seq IS NULL"
+                    " AND (e.expires_us IS NULL OR e.expires_us > $3) FROM entry_keys k"
+                    " JOIN entries e ON e.scope_pk = k.scope_pk AND e.seq = k.seq"
+                    " WHERE k.scope_pk = $1 AND k.key = $2 ORDER BY k.revision DESC LIMIT 1",
+                    scope_pk,
+                    request.entry_key,
+                    now_us,
+                )
+                if found is None:
+                    head = (0, 0, None, None)
+                elif found[3]:
+                    head = (int(found[0]), int(found[0]), int(found[1]), str(found[2]))
+                else:
+                    head = (int(found[0]), 0, None, None)
+                expected = request.expected_revision
+                if expected is not None and expected != head[1]:
+                    return PutResult(PutOutcome.REVISION_CONFLICT, revision=head[1])
             row = EntryRow(
                 new_entry_id(created_us),
                 request.content,
@@ -555,23 +587,57 @@ class PostgresqlStorage:
                     seq,
                     now_us,
                 )
-            return PutResult(PutOutcome.STORED, row)
+            if head is None:
+                return PutResult(PutOutcome.STORED, row)
+            latest, _, current_seq, current_id = head
+            await conn.execute(
+                "INSERT INTO entry_keys (scope_pk, seq, key, revision) VALUES ($1, $2, $3, $4)",
+                scope_pk,
+                seq,
+                request.entry_key,
+                latest + 1,
+            )
+            if current_seq is not None:
+                # The supersede: the old revision ends at the new one's commit position.
+                await conn.execute(
+                    "UPDATE entries SET deleted_seq = $3 WHERE scope_pk = $1 AND seq = $2",
+                    scope_pk,
+                    current_seq,
+                    seq,
+                )
+                await conn.execute(
+                    "UPDATE entry_keys SET ended_us = $3 WHERE scope_pk = $1 AND seq = $2",
+                    scope_pk,
+                    current_seq,
+                    created_us,
+                )
+            return PutResult(PutOutcome.STORED, row, latest + 1, current_id)
 
         return await self._write(op)
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         async def op(conn: Conn, effects: Effects) -> bool:
-            seq, _ = await _take_clock(conn, scope.tenant, 1)
-            status = await conn.execute(
+            seq, deleted_us = await _take_clock(conn, scope.tenant, 1)
+            found = await conn.fetchrow(
                 f"UPDATE entries SET deleted_seq = $3 WHERE id = $4 AND scope_pk = {_SCOPE_PK}"
-                " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > $5)",
+                " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > $5)"
+                " RETURNING scope_pk, seq",
                 scope.tenant,
                 scope.key,
                 seq,
                 entry_id,
                 now_us,
             )
-            return bool(status != "UPDATE 0")
+            if found is None:
+                return False
+            # A keyed revision's end, from which its history is kept for the retention.
+            await conn.execute(
+                "UPDATE entry_keys SET ended_us = $3 WHERE scope_pk = $1 AND seq = $2",
+                found[0],
+                found[1],
+                deleted_us,
+            )
+            return True
 
         return await self._write(op)
 
@@ -738,6 +804,54 @@ class PostgresqlStorage:
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [_row(r) for r in rows]
 
+    async def get_key(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str
+    ) -> tuple[EntryRow, int] | None:
+        async def read(conn: Conn) -> Any:
+            return await conn.fetchrow(
+                f"SELECT {_ENTRY_COLUMNS}, k.revision FROM entry_keys k JOIN entries e"
+                " ON e.scope_pk = k.scope_pk AND e.seq = k.seq"
+                f" WHERE k.scope_pk = {_SCOPE_PK} AND k.key = $5 AND {_VISIBLE}"
+                " ORDER BY k.revision DESC LIMIT 1",
+                scope.tenant,
+                scope.key,
+                cast(int, snapshot),
+                now_us,
+                entry_key,
+            )
+
+        row = await self._read(read)
+        return None if row is None else (_row(tuple(row)[:6]), int(row[6]))
+
+    async def key_history(
+        self, *, scope: Scope, now_us: int, entry_key: str, limit: int, before: int | None = None
+    ) -> Sequence[Revision]:
+        async def read(conn: Conn) -> Any:
+            return await conn.fetch(
+                f"SELECT {_ENTRY_COLUMNS}, k.revision, e.deleted_seq IS NULL,"
+                " EXISTS (SELECT 1 FROM entry_keys k2 WHERE k2.scope_pk = e.scope_pk"
+                " AND k2.seq = e.deleted_seq) FROM entry_keys k JOIN entries e"
+                " ON e.scope_pk = k.scope_pk AND e.seq = k.seq"
+                f" WHERE k.scope_pk = {_SCOPE_PK} AND k.key = $3"
+                " AND (e.expires_us IS NULL OR e.expires_us > $4) AND k.revision < $6"
+                " ORDER BY k.revision DESC LIMIT $5",
+                scope.tenant,
+                scope.key,
+                entry_key,
+                now_us,
+                limit,
+                2**62 if before is None else before,
+            )
+
+        revisions = []
+        for r in await self._read(read):
+            if r[7]:
+                state = RevisionState.CURRENT
+            else:
+                state = RevisionState.SUPERSEDED if r[8] else RevisionState.DELETED
+            revisions.append(Revision(int(r[6]), _row(tuple(r)[:6]), state))
+        return revisions
+
     def get_now(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | NotNow | None:
@@ -803,8 +917,10 @@ class PostgresqlStorage:
                 "(SELECT min(r.snapshot_seq) FROM runs r WHERE r.tenant = s.tenant"
                 " AND r.snapshot_seq IS NOT NULL),"
                 " (SELECT c.seq FROM tenant_clocks c WHERE c.tenant = s.tenant))"
-                f" AND {_UNPINNED} LIMIT $1 FOR UPDATE OF e SKIP LOCKED)",
-                (batch_size,),
+                f" AND {_UNPINNED} AND NOT EXISTS (SELECT 1 FROM entry_keys k"
+                " WHERE k.scope_pk = e.scope_pk AND k.seq = e.seq AND k.ended_us > $2)"
+                " LIMIT $1 FOR UPDATE OF e SKIP LOCKED)",
+                (batch_size, horizons.run_cutoff_us),
             ),
         ]
         for name, sql, params in steps:

@@ -39,6 +39,12 @@ Version 5 drops the foreign key from ``idempotency`` to ``entries``: the sweeper
 expired entry's row even while a key still names it, and the key (a digest, no content)
 stays until replay retention ends, so that a put repeated with it is refused, not stored
 again. (The constraint has PostgreSQL's default name, ``<table>_<columns>_fkey``.)
+
+Version 7 (an extension) adds keyed entries: ``entry_keys`` names the entry rows that are
+revisions of a key (the key's keyed digest, never its text) with their revision number and
+when each ended, as in the SQLite schema (version 8 there). A keyed put holds its tenant's
+clock row like every write, so writers of one key, on any sidecar, are serialised.
+(Number 6 is left to a concurrent migration.)
 """
 
 from __future__ import annotations
@@ -173,6 +179,21 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
     (
         5,
         ["ALTER TABLE idempotency DROP CONSTRAINT IF EXISTS idempotency_scope_pk_entry_seq_fkey"],
+    ),
+    (
+        7,
+        [
+            """CREATE TABLE entry_keys (
+                scope_pk bigint NOT NULL,
+                seq bigint NOT NULL,
+                key text NOT NULL,
+                revision bigint NOT NULL,
+                ended_us bigint,
+                PRIMARY KEY (scope_pk, seq),
+                UNIQUE (scope_pk, key, revision),
+                FOREIGN KEY (scope_pk, seq) REFERENCES entries (scope_pk, seq) ON DELETE CASCADE
+            )""",
+        ],
     ),
 ]
 

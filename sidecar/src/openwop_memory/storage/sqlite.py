@@ -26,6 +26,7 @@ mode): whoever can read the file can read every tenant's memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import secrets
@@ -57,6 +58,8 @@ from .base import (
     PutOutcome,
     PutRequest,
     PutResult,
+    Revision,
+    RevisionState,
     RunInfo,
     RunKey,
     RunRecord,
@@ -115,6 +118,23 @@ _FTS_OPTIMIZE = "INSERT INTO entries_fts (entries_fts) VALUES ('optimize')"
 # Idempotency keys pin a deleted entry (the second put returns it even after the delete);
 # they pin no expired one, which the sweep erases whatever names it.
 _UNPINNED = "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.entry_seq = entries.seq)"
+# A keyed revision's tombstone stays for the replay retention after it ended (its history).
+_HISTORY_PAST = (
+    "NOT EXISTS (SELECT 1 FROM entry_keys k WHERE k.seq = entries.seq AND k.ended_us > ?)"
+)
+_KEY_GET_SQL = (
+    f"SELECT {_ENTRY_COLUMNS}, k.revision FROM entry_keys k JOIN entries e ON e.seq = k.seq"
+    f" WHERE k.scope_pk = {_SCOPE_PK} AND k.key = :ekey AND {_VISIBLE}"
+    " ORDER BY k.revision DESC LIMIT 1"
+)
+_HISTORY_SQL = (
+    f"SELECT {_ENTRY_COLUMNS}, k.revision, e.deleted_seq IS NULL,"
+    " EXISTS (SELECT 1 FROM entry_keys k2 WHERE k2.seq = e.deleted_seq)"
+    " FROM entry_keys k JOIN entries e ON e.seq = k.seq"
+    f" WHERE k.scope_pk = {_SCOPE_PK} AND k.key = :ekey"
+    " AND (e.expires_us IS NULL OR e.expires_us > :now) AND k.revision < :before"
+    " ORDER BY k.revision DESC LIMIT :limit"
+)
 # The live entries and the scopes, exactly. Every row is counted off the narrowest index
 # (about 7 ms for a million entries), then the tombstones and the expired rows the sweep
 # has not erased yet are taken off through their partial indexes, which hold few rows.
@@ -232,6 +252,16 @@ def _row(r: Any) -> EntryRow:
     entry_id, content, tags_json, created_us, expires_us, tokens = r
     tags = tuple(orjson.loads(tags_json))
     return EntryRow(entry_id, content, tags, created_us, expires_us, tokens)
+
+
+def _revision(r: Any) -> Revision:
+    """A revision from a row of :data:`_ENTRY_COLUMNS`, its number, whether it is not
+    deleted, and whether a revision of its key superseded it."""
+    if r[7]:
+        state = RevisionState.CURRENT
+    else:
+        state = RevisionState.SUPERSEDED if r[8] else RevisionState.DELETED
+    return Revision(int(r[6]), _row(r[:6]), state)
 
 
 class SqliteStorage:
@@ -622,7 +652,17 @@ class SqliteStorage:
                     digest, row = earlier
                     if digest != request.digest:
                         return KEY_CONFLICT
-                    return replayed(row, now_us)
+                    answer = replayed(row, now_us)
+                    if request.entry_key is None or answer.entry is None:
+                        return answer
+                    revision = self._revision_of(txn, answer.entry.id)
+                    return dataclasses.replace(answer, revision=revision)
+            head = None
+            if request.entry_key is not None:
+                head = self._key_head(txn, scope_pk, request.entry_key, now_us)
+                expected = request.expected_revision
+                if expected is not None and expected != head[1]:
+                    return PutResult(PutOutcome.REVISION_CONFLICT, revision=head[1])
             seq, created_us = txn.stamp()
             row = EntryRow(
                 id=new_entry_id(created_us),
@@ -648,10 +688,67 @@ class SqliteStorage:
             txn.tags.extend((scope_pk, tag, seq) for tag in request.tags)
             if key is not None:
                 txn.keys.append(KeyInsert(scope_pk, key, request.digest, seq, now_us))
-            return PutResult(PutOutcome.STORED, row)
+            if head is None or request.entry_key is None:
+                return PutResult(PutOutcome.STORED, row)
+            latest, _, current_seq, current_id = head
+            revision = latest + 1
+            txn.later.append(
+                (
+                    "INSERT INTO entry_keys (seq, scope_pk, key, revision) VALUES (?, ?, ?, ?)",
+                    (seq, scope_pk, request.entry_key, revision),
+                )
+            )
+            if current_seq is not None:
+                # The supersede: the old revision ends at the new one's commit position.
+                txn.later.append(
+                    ("UPDATE entries SET deleted_seq = ? WHERE seq = ?", (seq, current_seq))
+                )
+                txn.later.append(
+                    ("UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (created_us, current_seq))
+                )
+            txn.key_heads[(scope_pk, request.entry_key)] = (seq, revision, row.expires_us, row.id)
+            txn.revisions[seq] = revision
+            return PutResult(PutOutcome.STORED, row, revision, current_id)
 
         result: PutResult = await self._writer.write(op, quick=True)
         return result
+
+    def _key_head(
+        self, txn: Txn, scope_pk: int, entry_key: str, now_us: int
+    ) -> tuple[int, int, int | None, str | None]:
+        """The key's latest revision number (0: none stored), its current revision (0:
+        none, as when the latest is deleted or expired at ``now_us``), and the current
+        one's ``seq`` and id."""
+        head = txn.key_heads.get((scope_pk, entry_key))  # put earlier in this transaction
+        if head is not None:
+            seq, revision, expires_us, entry_id = head
+            if expires_us is None or expires_us > now_us:
+                return revision, revision, seq, entry_id
+            return revision, 0, None, None
+        rows = txn.conn.execute(
+            "SELECT k.revision, k.seq, e.id, e.deleted_seq IS NULL"
+            " AND (e.expires_us IS NULL OR e.expires_us > ?) FROM entry_keys k"
+            " JOIN entries e ON e.seq = k.seq WHERE k.scope_pk = ? AND k.key = ?"
+            " ORDER BY k.revision DESC LIMIT 1",
+            (now_us, scope_pk, entry_key),
+        ).fetchall()
+        if not rows:
+            return 0, 0, None, None
+        revision, seq, entry_id, live = rows[0]
+        if live:
+            return revision, revision, seq, entry_id
+        return revision, 0, None, None
+
+    def _revision_of(self, txn: Txn, entry_id: str) -> int | None:
+        """The revision number of the keyed entry ``entry_id`` (None: not keyed)."""
+        for e in txn.entries:
+            if e.id == entry_id:
+                return txn.revisions.get(e.seq)
+        rows = txn.conn.execute(
+            "SELECT k.revision FROM entries e JOIN entry_keys k ON k.seq = e.seq WHERE e.id = ?",
+            (entry_id,),
+        ).fetchall()
+        return int(rows[0][0]) if rows else None
 
     def _keyed_entry(
         self, txn: Txn, scope_pk: int, key: str
@@ -677,9 +774,10 @@ class SqliteStorage:
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         def op(txn: Txn) -> bool:
-            cursor = txn.conn.execute(
+            rows = txn.conn.execute(
                 f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
-                " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)",
+                " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)"
+                " RETURNING seq",
                 {
                     "seq": txn.seq + 1,
                     "id": entry_id,
@@ -687,9 +785,13 @@ class SqliteStorage:
                     "key": scope.key,
                     "now": now_us,
                 },
-            )
-            if cursor.rowcount > 0:
-                txn.stamp()
+            ).fetchall()
+            if rows:
+                _, deleted_us = txn.stamp()
+                # A keyed revision's end, from which its history is kept for the retention.
+                txn.conn.execute(
+                    "UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (deleted_us, rows[0][0])
+                )
                 return True
             return False
 
@@ -857,6 +959,34 @@ class SqliteStorage:
             rows = await _fetch(self._reader(), sql, params)
         return [_row(r) for r in rows]
 
+    async def get_key(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str
+    ) -> tuple[EntryRow, int] | None:
+        params = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": cast(int, snapshot),
+            "now": now_us,
+            "ekey": entry_key,
+        }
+        rows = await self._point_read(_KEY_GET_SQL, params)
+        return (_row(rows[0][:6]), int(rows[0][6])) if rows else None
+
+    async def key_history(
+        self, *, scope: Scope, now_us: int, entry_key: str, limit: int, before: int | None = None
+    ) -> Sequence[Revision]:
+        params = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "now": now_us,
+            "ekey": entry_key,
+            "limit": limit,
+            "before": 2**62 if before is None else before,
+        }
+        with translate_errors():
+            rows = await _fetch(self._reader(), _HISTORY_SQL, params)
+        return [_revision(r) for r in rows]
+
     def get_now(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | NotNow | None:
@@ -905,8 +1035,8 @@ class SqliteStorage:
                 "purged_tombstones",
                 "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE deleted_seq <="
                 " coalesce((SELECT min(snapshot_seq) FROM runs WHERE snapshot_seq IS NOT NULL),"
-                f" (SELECT seq FROM clock)) AND {_UNPINNED} LIMIT ?)",
-                (batch_size,),
+                f" (SELECT seq FROM clock)) AND {_UNPINNED} AND {_HISTORY_PAST} LIMIT ?)",
+                (horizons.run_cutoff_us, batch_size),
             ),
         ]
         for name, sql, params in steps:

@@ -37,6 +37,13 @@ Version 6 takes the foreign key off ``idempotency.entry_seq``: the sweeper erase
 entry's row even while a key still names it, and the key (a digest, no content) stays
 until replay retention ends, so that a put repeated with it is refused, not stored again.
 SQLite cannot drop a constraint, so the table is rebuilt.
+
+Version 8 (an extension) adds keyed entries: ``entry_keys`` names the entry rows that are
+revisions of a key (the key's keyed digest, never its text) with their revision number, and
+when each ended (superseded or deleted), so the sweep keeps a key's history for the replay
+retention. A revision is an ordinary entry row: a supersede stamps the old row's
+``deleted_seq`` with the new row's ``seq``, so every read's visibility rule applies as is.
+The row goes with its entry (cascade). (Number 7 is left to a concurrent migration.)
 """
 
 from __future__ import annotations
@@ -200,6 +207,19 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "ALTER TABLE idempotency_v4 RENAME TO idempotency",
             "CREATE INDEX idempotency_by_entry ON idempotency (entry_seq)",
             "CREATE INDEX idempotency_by_age ON idempotency (created_us)",
+        ],
+    ),
+    (
+        8,
+        [
+            """CREATE TABLE entry_keys (
+                seq INTEGER PRIMARY KEY REFERENCES entries (seq) ON DELETE CASCADE,
+                scope_pk INTEGER NOT NULL,
+                key TEXT NOT NULL,
+                revision INTEGER NOT NULL,
+                ended_us INTEGER,
+                UNIQUE (scope_pk, key, revision)
+            )""",
         ],
     ),
 ]

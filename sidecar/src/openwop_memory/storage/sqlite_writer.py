@@ -146,6 +146,12 @@ class Txn:
     entries: list[EntryInsert] = field(default_factory=list)
     tags: list[tuple[int, str, int]] = field(default_factory=list)  # scope_pk, tag, seq
     keys: list[KeyInsert] = field(default_factory=list)
+    # Statements run after those inserts, in order (they may name the rows inserted).
+    later: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    # Keyed puts of this transaction: (scope_pk, entry key) -> the latest revision's
+    # (seq, revision, expires_us, id); seq -> revision.
+    key_heads: dict[tuple[int, str], tuple[int, int, int | None, str]] = field(default_factory=dict)
+    revisions: dict[int, int] = field(default_factory=dict)
     # Scope ids this transaction created: usable by its later ops, unknown to everyone
     # else until it commits (see SqliteStorage._scope_pk).
     new_scope_pks: dict[Scope, int] = field(default_factory=dict)
@@ -547,6 +553,8 @@ class GroupCommit:
                     if fault is not None:
                         fault(name)
                     conn.executemany(sql, rows)
+            for sql, params in txn.later:
+                conn.execute(sql, params)
             if fault is not None:
                 fault("commit")
             conn.execute("COMMIT")

@@ -44,7 +44,9 @@ from openwop_memory_client.wire import (
     PARSE_ERROR,
     DeleteParams,
     EmptyParams,
+    GetKeyParams,
     GetParams,
+    HistoryParams,
     IssueRefParams,
     ListParams,
     PutParams,
@@ -62,7 +64,7 @@ from .methods import AnyMethod, Bound, Method, bind
 log = structlog.get_logger("openwop_memory.request")
 
 # Methods whose answer has no size bound but the request's own limit (many entries).
-_UNBOUNDED_ANSWERS = frozenset({"memory.list"})
+_UNBOUNDED_ANSWERS = frozenset({"memory.list", "memory.history"})
 
 
 class Pacer(Protocol):
@@ -115,6 +117,8 @@ _METHODS: dict[str, AnyMethod[MemoryService]] = {
     ),
     "memory.put": Method(PutParams, lambda s, p: s.put(p)),
     "memory.delete": Method(DeleteParams, lambda s, p: s.delete(p)),
+    "memory.getKey": Method(GetKeyParams, lambda s, p: s.get_key(p)),
+    "memory.history": Method(HistoryParams, lambda s, p: s.history(p)),
     "sidecar.health": Method(EmptyParams, lambda s, p: s.health()),
     "sidecar.stats": Method(
         EmptyParams, lambda s, p: s.stats_snapshot(), now=lambda s, p: s.stats_snapshot()
