@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._entry import EntryDict, KeyedEntry, MemoryEntry, Revision
+from ._entry import EntryDict, KeyedEntry, MemoryEntry, Page, Revision
 from ._errors import (
     ConflictError,
     ForbiddenError,
@@ -70,6 +70,7 @@ __all__ = [
     "MethodNotFoundError",
     "NotFoundError",
     "OpenWopMemoryError",
+    "Page",
     "RateLimitedError",
     "ReplaySnapshotUnavailableError",
     "RequestTimeoutError",

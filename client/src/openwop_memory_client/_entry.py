@@ -84,6 +84,15 @@ class Revision:
     entry: MemoryEntry
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """*(extension)* A page of a run's snapshot, as ``page`` returns it; ``next_cursor``
+    (``None`` on the last page) asks for the next one."""
+
+    entries: tuple[MemoryEntry, ...]
+    next_cursor: str | None = None
+
+
 def format_time(value: datetime) -> str:
     """``2026-11-29T15:21:51.123456Z``: the wire's spelling of an aware datetime.
 

@@ -23,7 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
 from ._convert import ContentArg, OptionsArg, Rank, SecretsArg, TtlArg
-from ._entry import KeyedEntry, MemoryEntry, Revision
+from ._entry import KeyedEntry, MemoryEntry, Page, Revision
 
 __all__ = ["MemoryClient", "MemoryRun"]
 
@@ -414,6 +414,23 @@ class MemoryRun:
                 idempotency_key=idempotency_key,
             )
         )
+
+    def page(
+        self,
+        memory_ref: str,
+        *,
+        limit: int | None = None,
+        tag: str | None = None,
+        cursor: str | None = None,
+    ) -> Page:
+        """*(extension)* See :meth:`AsyncMemoryRun.page`."""
+        return self._client._call(
+            partial(self._run.page, memory_ref, limit=limit, tag=tag, cursor=cursor)
+        )
+
+    def count(self, memory_ref: str, *, tag: str | None = None) -> int:
+        """*(extension)* See :meth:`AsyncMemoryRun.count`."""
+        return self._client._call(partial(self._run.count, memory_ref, tag=tag))
 
     def get_key(self, memory_ref: str, key: str) -> KeyedEntry | None:
         """*(extension)* See :meth:`AsyncMemoryRun.get_key`."""

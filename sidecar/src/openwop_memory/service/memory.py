@@ -27,6 +27,7 @@ from openwop_memory_client import (
 from openwop_memory_client.wire import (
     VENDOR_FILTER,
     VENDOR_KEY,
+    CountParams,
     DeleteParams,
     GetKeyParams,
     GetParams,
@@ -34,6 +35,7 @@ from openwop_memory_client.wire import (
     IssueRefParams,
     ListFilterOptions,
     ListParams,
+    PageParams,
     PutParams,
     RunAddSecretsParams,
     RunBeginParams,
@@ -635,6 +637,59 @@ class MemoryService:
         if params.vendor_key is not None:
             return _keyed_answer(params.vendor_key.key, result)
         return entry_to_wire(result.entry)
+
+    async def page(self, params: PageParams) -> dict[str, Any]:
+        """*(extension)* ``memory.page``: ``{entries, nextCursor?}``, a page of the run's
+        snapshot in ``memory.list``'s order; the pages of one snapshot hold each entry once.
+
+        :raises ValidationError: the cursor is not one issued for this scope and snapshot
+            (``details.field``: ``cursor``).
+        """
+        run = await self._any_run(params.runId, params.memoryRef)
+        scope = self._refs.resolve(params.memoryRef, run.tenant)
+        if scope is None:
+            return {"entries": []}
+        before = None
+        if params.cursor is not None:
+            before = self._refs.open_cursor(params.cursor, scope, run.snapshot)
+            if before is None:
+                raise ValidationError(
+                    "cursor: not a cursor of this scope and run", {"field": "cursor"}
+                )
+        config = self._config
+        limit = min(params.limit or config.default_list_limit, config.max_list_limit)
+        rows = await self._storage.page(
+            scope=scope,
+            snapshot=run.snapshot,
+            now_us=self._storage.clock_us(),
+            limit=limit,
+            tag=params.tag,
+            where=None,
+            before=before,
+        )
+        entries = within_bytes([row for _, row in rows], config.max_answer_bytes)
+        answer: dict[str, Any] = {"entries": entries}
+        # A full page (or one cut short by bytes) may have more after it.
+        if entries and (len(entries) < len(rows) or len(rows) == limit):
+            last = rows[len(entries) - 1][0]
+            answer["nextCursor"] = self._refs.seal_cursor(scope, run.snapshot, last)
+        return answer
+
+    async def count(self, params: CountParams) -> dict[str, int]:
+        """*(extension)* ``memory.count``: ``{count}`` of the entries ``memory.list`` would
+        consider in the run's snapshot (with ``tag``, if given), with no limit."""
+        run = await self._any_run(params.runId, params.memoryRef)
+        scope = self._refs.resolve(params.memoryRef, run.tenant)
+        if scope is None:
+            return {"count": 0}
+        total = await self._storage.count(
+            scope=scope,
+            snapshot=run.snapshot,
+            now_us=self._storage.clock_us(),
+            tag=params.tag,
+            where=None,
+        )
+        return {"count": total}
 
     async def get_key(self, params: GetKeyParams) -> dict[str, Any] | None:
         """*(extension)* ``memory.getKey``: the key's revision the run's snapshot sees, as

@@ -468,6 +468,34 @@ class Storage(Protocol):
         ``tag`` among their tags, if given, at most ``max_tokens`` tokens, if given, and
         kept by ``where``, if given), newest first (ties in commit order)."""
 
+    async def page(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        where: ListFilter | None,
+        before: int | None,
+    ) -> Sequence[tuple[int, EntryRow]]:
+        """What :meth:`list` returns (without a token bound), each entry with its position
+        in the list (an integer, decreasing along it), those before position ``before``
+        only when given: the next page. Under one snapshot the pages together hold each
+        entry the snapshot shows once, whatever is written meanwhile (an entry expiring
+        between two pages drops out)."""
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> int:
+        """How many entries :meth:`list` would consider (no limit)."""
+
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | None:

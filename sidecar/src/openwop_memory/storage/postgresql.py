@@ -24,6 +24,7 @@ connection. A failed commit leaves no trace: new scope ids are cached only once 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import secrets
@@ -803,6 +804,59 @@ class PostgresqlStorage:
             )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [_row(r) for r in rows]
+
+    @staticmethod
+    def _selection(
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> tuple[str, builtins.list[Any]]:
+        """``FROM ... WHERE ...`` of the entries a list considers, and its arguments."""
+        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us]
+        if tag is None:
+            sql = f"FROM entries e WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}"
+        else:
+            args.append(tag)
+            sql = (
+                "FROM entry_tags t JOIN entries e ON e.scope_pk = t.scope_pk AND e.seq = t.seq"
+                f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = $5 AND t.seq <= $3 AND {_VISIBLE}"
+            )
+        return sql + _where_sql(where, args), args
+
+    async def page(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        where: ListFilter | None,
+        before: int | None,
+    ) -> Sequence[tuple[int, EntryRow]]:
+        selection, args = self._selection(scope, snapshot, now_us, tag, where)
+        args += [2**62 if before is None else before, limit]
+        sql = (
+            f"SELECT e.seq, {_ENTRY_COLUMNS} {selection} AND e.seq < ${len(args) - 1}"
+            f" ORDER BY e.seq DESC LIMIT ${len(args)}"
+        )
+        rows = await self._read(lambda conn: conn.fetch(sql, *args))
+        return [(int(r[0]), _row(tuple(r)[1:])) for r in rows]
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> int:
+        selection, args = self._selection(scope, snapshot, now_us, tag, where)
+        value = await self._read(lambda conn: conn.fetchval(f"SELECT count(*) {selection}", *args))
+        return int(value)
 
     async def get_key(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str

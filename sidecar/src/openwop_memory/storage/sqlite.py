@@ -959,6 +959,68 @@ class SqliteStorage:
             rows = await _fetch(self._reader(), sql, params)
         return [_row(r) for r in rows]
 
+    def _selection(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """``FROM ... WHERE ...`` of the entries a list considers, and its parameters."""
+        params: dict[str, Any] = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": cast(int, snapshot),
+            "now": now_us,
+        }
+        conditions = _where_sql(where, params)
+        if tag is None:
+            sql = f"FROM entries e WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}{conditions}"
+        else:
+            params["tag"] = tag
+            sql = (
+                f"FROM entry_tags t JOIN entries e ON e.seq = t.seq WHERE t.scope_pk = {_SCOPE_PK}"
+                f" AND t.tag = :tag AND t.seq <= :snap AND {_VISIBLE}{conditions}"
+            )
+        return sql, params
+
+    async def page(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        where: ListFilter | None,
+        before: int | None,
+    ) -> Sequence[tuple[int, EntryRow]]:
+        selection, params = self._selection(scope, snapshot, now_us, tag, where)
+        params["limit"] = limit
+        params["before"] = 2**62 if before is None else before
+        sql = (
+            f"SELECT e.seq, {_ENTRY_COLUMNS} {selection} AND e.seq < :before"
+            " ORDER BY e.seq DESC LIMIT :limit"
+        )
+        with translate_errors():
+            rows = await _fetch(self._reader(), sql, params)
+        return [(int(r[0]), _row(r[1:])) for r in rows]
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> int:
+        selection, params = self._selection(scope, snapshot, now_us, tag, where)
+        with translate_errors():
+            rows = await _fetch(self._reader(), f"SELECT count(*) {selection}", params)
+        return int(rows[0][0])
+
     async def get_key(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str
     ) -> tuple[EntryRow, int] | None:

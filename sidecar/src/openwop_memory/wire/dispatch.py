@@ -35,6 +35,7 @@ from openwop_memory_client import (
 from openwop_memory_client.wire import (
     INVALID_REQUEST,
     PARSE_ERROR,
+    CountParams,
     DeleteParams,
     EmptyParams,
     GetKeyParams,
@@ -42,6 +43,7 @@ from openwop_memory_client.wire import (
     HistoryParams,
     IssueRefParams,
     ListParams,
+    PageParams,
     PutParams,
     RunAddSecretsParams,
     RunBeginParams,
@@ -69,7 +71,7 @@ log = structlog.get_logger("openwop_memory.request")
 # (the dispatcher's target, the validated params) → the result, or a coroutine making it.
 Handler = Callable[[Any, Any], Any]
 # Methods whose answer has no size bound but the request's own limit (many entries).
-_UNBOUNDED_ANSWERS = frozenset({"memory.list", "memory.history"})
+_UNBOUNDED_ANSWERS = frozenset({"memory.list", "memory.history", "memory.page"})
 
 
 class Pacer(Protocol):
@@ -111,6 +113,8 @@ _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
     "memory.get": (GetParams, lambda s, p: s.get(p)),
     "memory.put": (PutParams, lambda s, p: s.put(p)),
     "memory.delete": (DeleteParams, lambda s, p: s.delete(p)),
+    "memory.page": (PageParams, lambda s, p: s.page(p)),
+    "memory.count": (CountParams, lambda s, p: s.count(p)),
     "memory.getKey": (GetKeyParams, lambda s, p: s.get_key(p)),
     "memory.history": (HistoryParams, lambda s, p: s.history(p)),
     "sidecar.health": (EmptyParams, lambda s, p: s.health()),
