@@ -231,6 +231,14 @@ class CountParams(_Params):
     tag: FilterTag | None = None
 
 
+class ChangesParams(_Params):
+    """*(extension)* ``memory.changes``: the tenant's change feed from ``cursor`` on."""
+
+    tenant: Name
+    cursor: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    limit: int | None = Field(default=None, ge=0)
+
+
 class GetKeyParams(_Params):
     """*(extension)* ``memory.getKey``: the key's revision the run's snapshot sees."""
 

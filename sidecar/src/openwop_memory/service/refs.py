@@ -101,6 +101,18 @@ class RefCodec:
         tag = self._mac(b"ref", tenant_id, scope_id, size=_TAG_BYTES)
         return ISSUED_PREFIX + base64.urlsafe_b64encode(tenant_id + scope_id + tag).decode()
 
+    def handle(self, scope: Scope) -> dict[str, str]:
+        """How a change record names its scope: an issued scope by its memoryRef (the one
+        :meth:`issue` gave), a plain one by its stored key (a keyed digest of the plain
+        ref, which :meth:`plain_handle` computes from the ref)."""
+        if scope.key.startswith("issued:"):
+            tenant_id = self._tenant_id(scope.tenant)
+            scope_id = bytes.fromhex(scope.key.removeprefix("issued:"))
+            tag = self._mac(b"ref", tenant_id, scope_id, size=_TAG_BYTES)
+            raw = tenant_id + scope_id + tag
+            return {"memoryRef": ISSUED_PREFIX + base64.urlsafe_b64encode(raw).decode()}
+        return {"scope": scope.key}
+
     def resolve(self, ref: str, run_tenant: str) -> Scope | None:
         """The scope a run of ``run_tenant`` reaches through ``ref``.
 

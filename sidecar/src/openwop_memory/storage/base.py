@@ -223,6 +223,18 @@ class Revision(NamedTuple):
     state: RevisionState
 
 
+class Change(NamedTuple):
+    """A change feed record: its position (increasing in the tenant's commit order), the
+    scope's key, the entry's id, the operation (``put``, ``supersede``, ``delete``,
+    ``expire``, ``forget``) and its time (µs). No content, no tags."""
+
+    position: int
+    scope_key: str
+    entry_id: str
+    op: str
+    at_us: int
+
+
 @dataclass(slots=True)
 class SweepCounts:
     """What one sweep pass removed, and the steps that failed (content-free reasons)."""
@@ -232,6 +244,7 @@ class SweepCounts:
     expired_runs: int = 0
     purged_runs: int = 0
     purged_idempotency_keys: int = 0
+    purged_changes: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -410,6 +423,12 @@ class Storage(Protocol):
         is never returned), superseded and deleted ones stay until the sweep purges them
         (not before the replay retention has passed since they ended). With ``before``, only
         revisions numbered below it (the next page)."""
+
+    async def changes(self, *, tenant: str, after: int, limit: int) -> Sequence[Change]:
+        """Up to ``limit`` change records of ``tenant`` past position ``after``, in commit
+        order. Each is written in the transaction of its change, so the feed holds every
+        committed change (of every sidecar sharing the database) and no other; records go
+        once older than the replay retention (the sweep)."""
 
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;

@@ -35,6 +35,7 @@ from openwop_memory_client import (
 from openwop_memory_client.wire import (
     INVALID_REQUEST,
     PARSE_ERROR,
+    ChangesParams,
     CountParams,
     DeleteParams,
     EmptyParams,
@@ -114,6 +115,7 @@ _METHODS: dict[str, tuple[type[pydantic.BaseModel], Handler]] = {
     "memory.put": (PutParams, lambda s, p: s.put(p)),
     "memory.delete": (DeleteParams, lambda s, p: s.delete(p)),
     "memory.page": (PageParams, lambda s, p: s.page(p)),
+    "memory.changes": (ChangesParams, lambda s, p: s.changes(p)),
     "memory.count": (CountParams, lambda s, p: s.count(p)),
     "memory.getKey": (GetKeyParams, lambda s, p: s.get_key(p)),
     "memory.history": (HistoryParams, lambda s, p: s.history(p)),
