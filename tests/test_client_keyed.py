@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from openwop_memory_client import (
     AsyncMemoryClient,
+    Change,
     ConflictError,
     KeyedEntry,
     MemoryClient,
@@ -82,3 +83,24 @@ def test_pages_and_counts(shared_sidecar: Sidecar) -> None:
             assert seen == reader.list(ref)
             with pytest.raises(MemoryValidationError):
                 reader.page(ref, cursor="c1.forged")
+
+
+def test_the_change_feed(shared_sidecar: Sidecar) -> None:
+    tenant = uid("t")
+    with MemoryClient(shared_sidecar.socket) as client:
+        ref = client.issue_ref(tenant, "agent")
+        start = client.changes(tenant)
+        assert start.changes == ()
+        with client.run(uid("w"), tenant) as writer:
+            first = writer.put_keyed(ref, "k", "v1")
+            second = writer.put_keyed(ref, "k", "v2")
+        feed = client.changes(tenant, cursor=start.next_cursor)
+        assert [(c.id, c.operation, c.memory_ref) for c in feed.changes] == [
+            (first.entry.id, "put", ref),
+            (first.entry.id, "supersede", ref),
+            (second.entry.id, "put", ref),
+        ]
+        assert all(isinstance(c, Change) and c.at.tzinfo is not None for c in feed.changes)
+        assert client.changes(tenant, cursor=feed.next_cursor).changes == ()
+        with pytest.raises(MemoryValidationError):
+            client.changes(uid("other"), cursor=feed.next_cursor)

@@ -20,6 +20,8 @@ from typing import Any, Literal, TypeAlias
 import pydantic
 
 from ._entry import (
+    Change,
+    ChangePage,
     EntryDict,
     KeyedEntry,
     MemoryEntry,
@@ -32,6 +34,7 @@ from ._errors import InternalError, MemoryValidationError
 from .wire import (
     VENDOR_FILTER,
     VENDOR_KEY,
+    ChangesParams,
     CountParams,
     EntryInput,
     GetKeyParams,
@@ -513,3 +516,33 @@ def parse_count(value: Any) -> int:
     if not isinstance(count, int) or isinstance(count, bool):
         raise InternalError("the sidecar answered a malformed count")
     return count
+
+
+def changes_params(tenant: str, cursor: str | None, limit: int | None) -> dict[str, Any]:
+    """:raises MemoryValidationError: an argument is malformed."""
+    params: dict[str, Any] = {"tenant": tenant}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if limit is not None:
+        params["limit"] = limit
+    return _checked(ChangesParams, params)
+
+
+def parse_changes(value: Any) -> ChangePage:
+    """:raises InternalError: ``value`` is not a ``memory.changes`` answer."""
+    if not isinstance(value, dict):
+        raise InternalError("the sidecar answered a malformed change feed")
+    records, cursor = value.get("changes"), value.get("nextCursor")
+    if not isinstance(records, list) or not isinstance(cursor, str):
+        raise InternalError("the sidecar answered a malformed change feed")
+    parsed = []
+    for r in records:
+        try:
+            at = datetime.fromisoformat(r["at"])
+            ref, scope = r.get("memoryRef"), r.get("scope")
+            if not isinstance(r["id"], str) or not isinstance(r["operation"], str):
+                raise TypeError
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InternalError("the sidecar answered a malformed change record") from None
+        parsed.append(Change(r["id"], r["operation"], at, ref, scope))
+    return ChangePage(tuple(parsed), cursor)
