@@ -77,6 +77,8 @@ def test_capabilities_shape(client: RawClient) -> None:
                 },
                 # No admin socket here, so nothing can forget (see test_admin).
                 "retention": {"ttl": True, "forget": False},
+                # Issue 24: the change feed, memory.changes.
+                "vendor.openwop-memory.changes": {"supported": True},
             },
         }
     }

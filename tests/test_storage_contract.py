@@ -100,13 +100,21 @@ async def test_a_closed_store_fails_only_with_upstream_unavailable(
         lambda: store.list(scope=A, snapshot=snapshot, now_us=1, limit=1, tag=None),
         lambda: store.get(scope=A, snapshot=snapshot, now_us=1, entry_id="mem_x"),
         lambda: store.health(),
+        lambda: store.page(
+            scope=A, snapshot=snapshot, now_us=1, limit=1, tag=None, where=None, before=None
+        ),
+        lambda: store.count(scope=A, snapshot=snapshot, now_us=1, tag=None, where=None),
+        lambda: store.get_key(scope=A, snapshot=snapshot, now_us=1, entry_key="k"),
+        lambda: store.key_history(scope=A, now_us=1, entry_key="k", limit=1),
+        lambda: store.changes(tenant="t", after=0, limit=1),
     ]
     for call in calls:
         with pytest.raises(UpstreamUnavailableError):
             await call()
     # A sweep of a closed store reports its failed steps instead of raising.
     counts = await store.sweep(horizons=SweepHorizons(1, 0, 0, 0), batch_size=1)
-    assert len(counts.errors) == 5
+    # Six steps: expired entries, changes, idempotency keys, runs, markers, tombstones.
+    assert len(counts.errors) == 6
 
 
 async def test_health_is_a_content_free_record(store: Storage, backend: Backend) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._entry import EntryDict, KeyedEntry, MemoryEntry, Revision
+from ._entry import Change, ChangePage, EntryDict, KeyedEntry, MemoryEntry, Page, Revision
 from ._errors import (
     ConflictError,
     ForbiddenError,
@@ -55,6 +55,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncMemoryClient",
     "AsyncMemoryRun",
+    "Change",
+    "ChangePage",
     "ConflictError",
     "EntryDict",
     "EntryInput",
@@ -70,6 +72,7 @@ __all__ = [
     "MethodNotFoundError",
     "NotFoundError",
     "OpenWopMemoryError",
+    "Page",
     "RateLimitedError",
     "ReplaySnapshotUnavailableError",
     "RequestTimeoutError",

@@ -22,7 +22,8 @@ import anyio
 import anyio.abc
 
 from ._async_run import AsyncMemoryRun
-from ._convert import SecretsArg, issue_ref_params
+from ._convert import SecretsArg, changes_params, issue_ref_params, parse_changes
+from ._entry import ChangePage
 from ._errors import (
     InternalError,
     MemoryValidationError,
@@ -191,6 +192,19 @@ class AsyncMemoryClient:
             raise InternalError("the sidecar answered a malformed memory.issueRef result")
         ref: str = result["memoryRef"]
         return ref
+
+    async def changes(
+        self, tenant: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> ChangePage:
+        """*(extension)* ``memory.changes``: the tenant's change records after ``cursor``
+        (from the start of the retained feed without it), in commit order, content-free;
+        pass ``next_cursor`` back to resume.
+
+        :raises MemoryValidationError: ``cursor`` is not one of this tenant's feed.
+        :raises ForbiddenError: the socket's tenant binding does not allow ``tenant``.
+        """
+        params = changes_params(tenant, cursor, limit)
+        return parse_changes(await self._request("memory.changes", params))
 
     async def health(self) -> dict[str, Any]:
         """``sidecar.health``: ``{status, version, uptimeSeconds, storage}``."""

@@ -24,21 +24,25 @@ from ._convert import (
     TtlArg,
     add_secrets_params,
     begin_params,
+    count_params,
     history_params,
     id_params,
     key_params,
     list_params,
+    page_params,
     parse_begin,
+    parse_count,
     parse_entries,
     parse_entry,
     parse_history,
     parse_keyed,
     parse_optional_entry,
     parse_optional_keyed,
+    parse_page,
     put_params,
     secrets_to_wire,
 )
-from ._entry import KeyedEntry, MemoryEntry, Revision
+from ._entry import KeyedEntry, MemoryEntry, Page, Revision
 from ._errors import (
     InternalError,
     OpenWopMemoryError,
@@ -396,6 +400,36 @@ class AsyncMemoryRun:
             expected_revision=expected_revision,
         )
         return parse_keyed(await self._call_open("memory.put", params))
+
+    async def page(
+        self,
+        memory_ref: str,
+        *,
+        limit: int | None = None,
+        tag: str | None = None,
+        cursor: str | None = None,
+    ) -> Page:
+        """*(extension)* A page of the run's snapshot in :meth:`list`'s order; pass its
+        ``next_cursor`` back as ``cursor`` for the next. The pages of one run hold each
+        entry of its snapshot once, whatever is written meanwhile.
+
+        :raises MemoryValidationError: ``cursor`` is not one of this scope and run.
+        :raises RunNotOpenError: the run was never begun.
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        """
+        self._check_begun()
+        params = page_params(self.run_id, memory_ref, limit, tag, cursor)
+        return parse_page(await self._client._request("memory.page", params))
+
+    async def count(self, memory_ref: str, *, tag: str | None = None) -> int:
+        """*(extension)* How many entries :meth:`list` would consider, without a limit.
+
+        :raises RunNotOpenError: the run was never begun.
+        :raises ForbiddenError: ``memory_ref`` is another tenant's issued ref.
+        """
+        self._check_begun()
+        params = count_params(self.run_id, memory_ref, tag)
+        return parse_count(await self._client._request("memory.count", params))
 
     async def get_key(self, memory_ref: str, key: str) -> KeyedEntry | None:
         """*(extension)* The revision of ``key`` the run's snapshot sees, or None.

@@ -20,9 +20,12 @@ from typing import Any, Literal, TypeAlias
 import pydantic
 
 from ._entry import (
+    Change,
+    ChangePage,
     EntryDict,
     KeyedEntry,
     MemoryEntry,
+    Page,
     Revision,
     format_time,
     parse_entry_object,
@@ -31,6 +34,8 @@ from ._errors import InternalError, MemoryValidationError
 from .wire import (
     VENDOR_FILTER,
     VENDOR_KEY,
+    ChangesParams,
+    CountParams,
     EntryInput,
     GetKeyParams,
     GetParams,
@@ -38,6 +43,7 @@ from .wire import (
     IssueRefParams,
     ListParams,
     MemoryListOptions,
+    PageParams,
     PutParams,
     RunAddSecretsParams,
     RunBeginParams,
@@ -475,3 +481,68 @@ def parse_begin(value: Any) -> RunBeginResult:
         return _BEGIN.validate_python(value)
     except pydantic.ValidationError:
         raise InternalError("the sidecar answered a malformed run.begin result") from None
+
+
+def page_params(
+    run_id: str, memory_ref: str, limit: int | None, tag: str | None, cursor: str | None
+) -> dict[str, Any]:
+    """:raises MemoryValidationError: an argument is malformed."""
+    params: dict[str, Any] = {"runId": run_id, "memoryRef": memory_ref}
+    for name, value in (("limit", limit), ("tag", tag), ("cursor", cursor)):
+        if value is not None:
+            params[name] = value
+    return _checked(PageParams, params)
+
+
+def count_params(run_id: str, memory_ref: str, tag: str | None) -> dict[str, Any]:
+    """:raises MemoryValidationError: an argument is malformed."""
+    params: dict[str, Any] = {"runId": run_id, "memoryRef": memory_ref}
+    if tag is not None:
+        params["tag"] = tag
+    return _checked(CountParams, params)
+
+
+def parse_page(value: Any) -> Page:
+    """:raises InternalError: ``value`` is not a ``memory.page`` answer."""
+    cursor = value.get("nextCursor") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or not (cursor is None or isinstance(cursor, str)):
+        raise InternalError("the sidecar answered a malformed page")
+    return Page(tuple(parse_entries(value.get("entries"))), cursor)
+
+
+def parse_count(value: Any) -> int:
+    """:raises InternalError: ``value`` is not a ``memory.count`` answer."""
+    count = value.get("count") if isinstance(value, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise InternalError("the sidecar answered a malformed count")
+    return count
+
+
+def changes_params(tenant: str, cursor: str | None, limit: int | None) -> dict[str, Any]:
+    """:raises MemoryValidationError: an argument is malformed."""
+    params: dict[str, Any] = {"tenant": tenant}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if limit is not None:
+        params["limit"] = limit
+    return _checked(ChangesParams, params)
+
+
+def parse_changes(value: Any) -> ChangePage:
+    """:raises InternalError: ``value`` is not a ``memory.changes`` answer."""
+    if not isinstance(value, dict):
+        raise InternalError("the sidecar answered a malformed change feed")
+    records, cursor = value.get("changes"), value.get("nextCursor")
+    if not isinstance(records, list) or not isinstance(cursor, str):
+        raise InternalError("the sidecar answered a malformed change feed")
+    parsed = []
+    for r in records:
+        try:
+            at = datetime.fromisoformat(r["at"])
+            ref, scope = r.get("memoryRef"), r.get("scope")
+            if not isinstance(r["id"], str) or not isinstance(r["operation"], str):
+                raise TypeError
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InternalError("the sidecar answered a malformed change record") from None
+        parsed.append(Change(r["id"], r["operation"], at, ref, scope))
+    return ChangePage(tuple(parsed), cursor)

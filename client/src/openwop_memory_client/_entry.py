@@ -84,6 +84,37 @@ class Revision:
     entry: MemoryEntry
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """*(extension)* A page of a run's snapshot, as ``page`` returns it; ``next_cursor``
+    (``None`` on the last page) asks for the next one."""
+
+    entries: tuple[MemoryEntry, ...]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """*(extension)* A change feed record: the entry's id, the operation (``put``,
+    ``supersede``, ``delete``, ``expire``, ``forget``), when it committed, and its scope:
+    ``memory_ref`` for an issued scope, else ``scope`` (the stored digest of a plain ref)."""
+
+    id: str
+    operation: str
+    at: datetime
+    memory_ref: str | None = None
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePage:
+    """*(extension)* Records of the change feed in commit order, and the cursor that
+    resumes after them."""
+
+    changes: tuple[Change, ...]
+    next_cursor: str
+
+
 def format_time(value: datetime) -> str:
     """``2026-11-29T15:21:51.123456Z``: the wire's spelling of an aware datetime.
 

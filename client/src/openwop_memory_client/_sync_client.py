@@ -23,7 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
 from ._convert import ContentArg, OptionsArg, Rank, SecretsArg, TtlArg
-from ._entry import KeyedEntry, MemoryEntry, Revision
+from ._entry import ChangePage, KeyedEntry, MemoryEntry, Page, Revision
 
 __all__ = ["MemoryClient", "MemoryRun"]
 
@@ -126,6 +126,12 @@ class MemoryClient:
         :raises ForbiddenError: the socket's tenant binding does not allow ``tenant``.
         """
         return self._call(partial(self._async.issue_ref, tenant, agent, namespace))
+
+    def changes(
+        self, tenant: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> ChangePage:
+        """*(extension)* See :meth:`AsyncMemoryClient.changes`."""
+        return self._call(partial(self._async.changes, tenant, cursor=cursor, limit=limit))
 
     def health(self) -> dict[str, Any]:
         """``sidecar.health``: ``{status, version, uptimeSeconds, storage}``."""
@@ -414,6 +420,23 @@ class MemoryRun:
                 idempotency_key=idempotency_key,
             )
         )
+
+    def page(
+        self,
+        memory_ref: str,
+        *,
+        limit: int | None = None,
+        tag: str | None = None,
+        cursor: str | None = None,
+    ) -> Page:
+        """*(extension)* See :meth:`AsyncMemoryRun.page`."""
+        return self._client._call(
+            partial(self._run.page, memory_ref, limit=limit, tag=tag, cursor=cursor)
+        )
+
+    def count(self, memory_ref: str, *, tag: str | None = None) -> int:
+        """*(extension)* See :meth:`AsyncMemoryRun.count`."""
+        return self._client._call(partial(self._run.count, memory_ref, tag=tag))
 
     def get_key(self, memory_ref: str, key: str) -> KeyedEntry | None:
         """*(extension)* See :meth:`AsyncMemoryRun.get_key`."""

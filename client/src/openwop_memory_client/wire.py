@@ -212,6 +212,33 @@ class PutParams(_Params):
     vendor_key: KeyedPutOptions | None = Field(default=None, alias="vendor.openwop-memory.key")
 
 
+class PageParams(_Params):
+    """*(extension)* ``memory.page``: a page of what ``memory.list`` (recency) shows,
+    from ``cursor`` (the previous page's ``nextCursor``) on."""
+
+    runId: RunId
+    memoryRef: str
+    limit: int | None = Field(default=None, ge=0)
+    tag: FilterTag | None = None
+    cursor: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+
+
+class CountParams(_Params):
+    """*(extension)* ``memory.count``: how many entries ``memory.list`` would consider."""
+
+    runId: RunId
+    memoryRef: str
+    tag: FilterTag | None = None
+
+
+class ChangesParams(_Params):
+    """*(extension)* ``memory.changes``: the tenant's change feed from ``cursor`` on."""
+
+    tenant: Name
+    cursor: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
+    limit: int | None = Field(default=None, ge=0)
+
+
 class GetKeyParams(_Params):
     """*(extension)* ``memory.getKey``: the key's revision the run's snapshot sees."""
 

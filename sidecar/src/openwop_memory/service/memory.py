@@ -27,6 +27,8 @@ from openwop_memory_client import (
 from openwop_memory_client.wire import (
     VENDOR_FILTER,
     VENDOR_KEY,
+    ChangesParams,
+    CountParams,
     DeleteParams,
     GetKeyParams,
     GetParams,
@@ -34,6 +36,7 @@ from openwop_memory_client.wire import (
     IssueRefParams,
     ListFilterOptions,
     ListParams,
+    PageParams,
     PutParams,
     RunAddSecretsParams,
     RunBeginParams,
@@ -55,6 +58,7 @@ from ..storage.base import (
     PutResult,
     RunKey,
     RunRecord,
+    Scope,
     Storage,
     StorageGauges,
     SweepCounts,
@@ -103,6 +107,7 @@ _Run = TypeVar("_Run", RunHandle, RunRecord, RunHandle | RunRecord)
 # How ``rank: "relevance"`` is computed here (an extension key beside ``search``, whose
 # schema allows only ``supported`` and ``modes``).
 VENDOR_RELEVANCE = "vendor.openwop-memory.relevance"
+VENDOR_CHANGES = "vendor.openwop-memory.changes"
 
 # No entry can count this many tokens (entries are capped far below it); it also fits a
 # signed 32-bit column.
@@ -296,6 +301,10 @@ class MemoryService:
                     VENDOR_RELEVANCE: relevance,
                     # RFC 0080: expiry, and forget by subject when an admin socket serves it.
                     "retention": {"ttl": True, "forget": self._config.forget},
+                    # Issue 24: memory.changes, a content-free feed of every committed
+                    # change. Not RFC 0057's attribution block: the sidecar emits no run
+                    # events; a host emits memory.written from this feed.
+                    VENDOR_CHANGES: {"supported": True},
                 },
             }
         }
@@ -652,6 +661,91 @@ class MemoryService:
         if params.vendor_key is not None:
             return _keyed_answer(params.vendor_key.key, result)
         return entry_to_wire(result.entry)
+
+    async def page(self, params: PageParams) -> dict[str, Any]:
+        """*(extension)* ``memory.page``: ``{entries, nextCursor?}``, a page of the run's
+        snapshot in ``memory.list``'s order; the pages of one snapshot hold each entry once.
+
+        :raises ValidationError: the cursor is not one issued for this scope and snapshot
+            (``details.field``: ``cursor``).
+        """
+        run = await self._any_run(params.runId, params.memoryRef)
+        scope = self._refs.resolve(params.memoryRef, run.tenant)
+        if scope is None:
+            return {"entries": []}
+        before = None
+        if params.cursor is not None:
+            before = self._refs.open_cursor(params.cursor, scope, run.snapshot)
+            if before is None:
+                raise ValidationError(
+                    "cursor: not a cursor of this scope and run", {"field": "cursor"}
+                )
+        config = self._config
+        limit = min(params.limit or config.default_list_limit, config.max_list_limit)
+        rows = await self._storage.page(
+            scope=scope,
+            snapshot=run.snapshot,
+            now_us=self._storage.clock_us(),
+            limit=limit,
+            tag=params.tag,
+            where=None,
+            before=before,
+        )
+        entries = within_bytes([row for _, row in rows], config.max_answer_bytes)
+        answer: dict[str, Any] = {"entries": entries}
+        # A full page (or one cut short by bytes) may have more after it.
+        if entries and (len(entries) < len(rows) or len(rows) == limit):
+            last = rows[len(entries) - 1][0]
+            answer["nextCursor"] = self._refs.seal_cursor(scope, run.snapshot, last)
+        return answer
+
+    async def count(self, params: CountParams) -> dict[str, int]:
+        """*(extension)* ``memory.count``: ``{count}`` of the entries ``memory.list`` would
+        consider in the run's snapshot (with ``tag``, if given), with no limit."""
+        run = await self._any_run(params.runId, params.memoryRef)
+        scope = self._refs.resolve(params.memoryRef, run.tenant)
+        if scope is None:
+            return {"count": 0}
+        total = await self._storage.count(
+            scope=scope,
+            snapshot=run.snapshot,
+            now_us=self._storage.clock_us(),
+            tag=params.tag,
+            where=None,
+        )
+        return {"count": total}
+
+    async def changes(self, params: ChangesParams) -> dict[str, Any]:
+        """*(extension)* ``memory.changes``: ``{changes, nextCursor}``, the tenant's change
+        records past ``cursor`` in commit order, content-free; ``nextCursor`` resumes after
+        the last one (the same cursor when there is nothing new).
+
+        :raises ValidationError: the cursor is not one this database issued for the
+            tenant (``details.field``: ``cursor``).
+        """
+        feed = Scope(params.tenant, "\x00feed")  # no scope key has a NUL: a domain apart
+        after = 0
+        if params.cursor is not None:
+            opened = self._refs.open_cursor(params.cursor, feed, "feed")
+            if opened is None:
+                raise ValidationError(
+                    "cursor: not a change feed cursor of this tenant", {"field": "cursor"}
+                )
+            after = opened
+        config = self._config
+        limit = min(params.limit or config.default_list_limit, config.max_list_limit)
+        records = await self._storage.changes(tenant=params.tenant, after=after, limit=limit)
+        changes = [
+            {
+                "id": r.entry_id,
+                "operation": r.op,
+                "at": format_us(r.at_us),
+                **self._refs.handle(Scope(params.tenant, r.scope_key)),
+            }
+            for r in records
+        ]
+        last = records[-1].position if records else after
+        return {"changes": changes, "nextCursor": self._refs.seal_cursor(feed, "feed", last)}
 
     async def get_key(self, params: GetKeyParams) -> dict[str, Any] | None:
         """*(extension)* ``memory.getKey``: the key's revision the run's snapshot sees, as

@@ -58,6 +58,33 @@ class RefCodec:
         msg = label + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
         return hmac.new(self._key, msg, hashlib.sha256).digest()[:size]
 
+    def seal_cursor(self, scope: Scope, snapshot: object, position: int) -> str:
+        """A page cursor: ``position`` under a MAC binding it to the scope and the run's
+        snapshot, so it cannot be altered, nor used in another scope or snapshot."""
+        raw = position.to_bytes(8, "big")
+        mac = self._cursor_mac(scope, snapshot, raw)
+        return "c1." + base64.urlsafe_b64encode(raw + mac).decode().rstrip("=")
+
+    def open_cursor(self, cursor: str, scope: Scope, snapshot: object) -> int | None:
+        """The position sealed in ``cursor`` for this scope and snapshot, or ``None`` when
+        it is not a cursor this database issued for them."""
+        if not cursor.startswith("c1."):
+            return None
+        try:
+            blob = base64.urlsafe_b64decode(cursor[3:] + "=" * (-len(cursor[3:]) % 4))
+        except (binascii.Error, ValueError):
+            return None
+        if len(blob) != 8 + 16:
+            return None
+        raw, mac = blob[:8], blob[8:]
+        if not hmac.compare_digest(mac, self._cursor_mac(scope, snapshot, raw)):
+            return None
+        return int.from_bytes(raw, "big")
+
+    def _cursor_mac(self, scope: Scope, snapshot: object, raw: bytes) -> bytes:
+        parts = (scope.tenant.encode(), scope.key.encode(), repr(snapshot).encode(), raw)
+        return self._mac(b"cursor", *parts, size=16)
+
     def keyed_id(self, text: str) -> str:
         """A stable keyed digest of a client-chosen string, safe to store in its place."""
         return self._mac(b"name", text.encode(), size=16).hex()
@@ -73,6 +100,18 @@ class RefCodec:
         )
         tag = self._mac(b"ref", tenant_id, scope_id, size=_TAG_BYTES)
         return ISSUED_PREFIX + base64.urlsafe_b64encode(tenant_id + scope_id + tag).decode()
+
+    def handle(self, scope: Scope) -> dict[str, str]:
+        """How a change record names its scope: an issued scope by its memoryRef (the one
+        :meth:`issue` gave), a plain one by its stored key (a keyed digest of the plain
+        ref, which :meth:`plain_handle` computes from the ref)."""
+        if scope.key.startswith("issued:"):
+            tenant_id = self._tenant_id(scope.tenant)
+            scope_id = bytes.fromhex(scope.key.removeprefix("issued:"))
+            tag = self._mac(b"ref", tenant_id, scope_id, size=_TAG_BYTES)
+            raw = tenant_id + scope_id + tag
+            return {"memoryRef": ISSUED_PREFIX + base64.urlsafe_b64encode(raw).decode()}
+        return {"scope": scope.key}
 
     def resolve(self, ref: str, run_tenant: str) -> Scope | None:
         """The scope a run of ``run_tenant`` reaches through ``ref``.

@@ -223,6 +223,18 @@ class Revision(NamedTuple):
     state: RevisionState
 
 
+class Change(NamedTuple):
+    """A change feed record: its position (increasing in the tenant's commit order), the
+    scope's key, the entry's id, the operation (``put``, ``supersede``, ``delete``,
+    ``expire``, ``forget``) and its time (µs). No content, no tags."""
+
+    position: int
+    scope_key: str
+    entry_id: str
+    op: str
+    at_us: int
+
+
 @dataclass(slots=True)
 class SweepCounts:
     """What one sweep pass removed, and the steps that failed (content-free reasons)."""
@@ -232,6 +244,7 @@ class SweepCounts:
     expired_runs: int = 0
     purged_runs: int = 0
     purged_idempotency_keys: int = 0
+    purged_changes: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -411,6 +424,12 @@ class Storage(Protocol):
         (not before the replay retention has passed since they ended). With ``before``, only
         revisions numbered below it (the next page)."""
 
+    async def changes(self, *, tenant: str, after: int, limit: int) -> Sequence[Change]:
+        """Up to ``limit`` change records of ``tenant`` past position ``after``, in commit
+        order. Each is written in the transaction of its change, so the feed holds every
+        committed change (of every sidecar sharing the database) and no other; records go
+        once older than the replay retention (the sweep)."""
+
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;
         ``False`` (nothing written) if there was none."""
@@ -467,6 +486,34 @@ class Storage(Protocol):
         """Up to ``limit`` entries of ``scope`` visible to the snapshot at ``now_us`` (with
         ``tag`` among their tags, if given, at most ``max_tokens`` tokens, if given, and
         kept by ``where``, if given), newest first (ties in commit order)."""
+
+    async def page(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        where: ListFilter | None,
+        before: int | None,
+    ) -> Sequence[tuple[int, EntryRow]]:
+        """What :meth:`list` returns (without a token bound), each entry with its position
+        in the list (an integer, decreasing along it), those before position ``before``
+        only when given: the next page. Under one snapshot the pages together hold each
+        entry the snapshot shows once, whatever is written meanwhile (an entry expiring
+        between two pages drops out)."""
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> int:
+        """How many entries :meth:`list` would consider (no limit)."""
 
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str

@@ -24,6 +24,7 @@ connection. A failed commit leaves no trace: new scope ids are cached only once 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import secrets
@@ -46,6 +47,7 @@ from .base import (
     REFUSED,
     BeginOutcome,
     BeginResult,
+    Change,
     EntryRow,
     FoundEntry,
     FoundRun,
@@ -112,6 +114,10 @@ _INSERT_ENTRY = (
     "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us,"
     f" tokens, search, embedding) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
     f" to_tsvector('{SEARCH_CONFIG}', $9), $10)"
+)
+_CHANGE = (
+    "INSERT INTO changes (tenant, pos, scope_pk, entry_id, op, at_us)"
+    " VALUES ($1, $2, $3, $4, $5, $6)"
 )
 _INSERT_TAGS = (
     "INSERT INTO entry_tags (scope_pk, tag, seq) SELECT $1, tag, $3 FROM unnest($2::text[]) AS tag"
@@ -588,6 +594,9 @@ class PostgresqlStorage:
                     now_us,
                 )
             if head is None:
+                await conn.execute(
+                    _CHANGE, scope.tenant, seq * 4, scope_pk, row.id, "put", created_us
+                )
                 return PutResult(PutOutcome.STORED, row)
             latest, _, current_seq, current_id = head
             await conn.execute(
@@ -611,6 +620,12 @@ class PostgresqlStorage:
                     current_seq,
                     created_us,
                 )
+                await conn.execute(
+                    _CHANGE, scope.tenant, seq * 4, scope_pk, current_id, "supersede", created_us
+                )
+            await conn.execute(
+                _CHANGE, scope.tenant, seq * 4 + 1, scope_pk, row.id, "put", created_us
+            )
             return PutResult(PutOutcome.STORED, row, latest + 1, current_id)
 
         return await self._write(op)
@@ -636,6 +651,9 @@ class PostgresqlStorage:
                 found[0],
                 found[1],
                 deleted_us,
+            )
+            await conn.execute(
+                _CHANGE, scope.tenant, seq * 4, found[0], entry_id, "delete", deleted_us
             )
             return True
 
@@ -804,6 +822,72 @@ class PostgresqlStorage:
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         return [_row(r) for r in rows]
 
+    @staticmethod
+    def _selection(
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> tuple[str, builtins.list[Any]]:
+        """``FROM ... WHERE ...`` of the entries a list considers, and its arguments."""
+        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us]
+        if tag is None:
+            sql = f"FROM entries e WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}"
+        else:
+            args.append(tag)
+            sql = (
+                "FROM entry_tags t JOIN entries e ON e.scope_pk = t.scope_pk AND e.seq = t.seq"
+                f" WHERE t.scope_pk = {_SCOPE_PK} AND t.tag = $5 AND t.seq <= $3 AND {_VISIBLE}"
+            )
+        return sql + _where_sql(where, args), args
+
+    async def page(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        where: ListFilter | None,
+        before: int | None,
+    ) -> Sequence[tuple[int, EntryRow]]:
+        selection, args = self._selection(scope, snapshot, now_us, tag, where)
+        args += [2**62 if before is None else before, limit]
+        sql = (
+            f"SELECT e.seq, {_ENTRY_COLUMNS} {selection} AND e.seq < ${len(args) - 1}"
+            f" ORDER BY e.seq DESC LIMIT ${len(args)}"
+        )
+        rows = await self._read(lambda conn: conn.fetch(sql, *args))
+        return [(int(r[0]), _row(tuple(r)[1:])) for r in rows]
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> int:
+        selection, args = self._selection(scope, snapshot, now_us, tag, where)
+        value = await self._read(lambda conn: conn.fetchval(f"SELECT count(*) {selection}", *args))
+        return int(value)
+
+    async def changes(self, *, tenant: str, after: int, limit: int) -> Sequence[Change]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                "SELECT c.pos, s.key, c.entry_id, c.op, c.at_us FROM changes c"
+                " JOIN scopes s ON s.scope_pk = c.scope_pk WHERE c.tenant = $1 AND c.pos > $2"
+                " ORDER BY c.pos LIMIT $3",
+                tenant,
+                after,
+                limit,
+            )
+        )
+        return [Change(*r) for r in rows]
+
     async def get_key(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str
     ) -> tuple[EntryRow, int] | None:
@@ -889,6 +973,12 @@ class PostgresqlStorage:
                 (horizons.now_us, batch_size),
             ),
             (
+                "purged_changes",
+                "DELETE FROM changes WHERE (tenant, pos) IN (SELECT tenant, pos FROM changes"
+                " WHERE at_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                (horizons.key_cutoff_us, batch_size),
+            ),
+            (
                 "purged_idempotency_keys",
                 "DELETE FROM idempotency WHERE (scope_pk, key) IN (SELECT scope_pk, key"
                 " FROM idempotency WHERE created_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
@@ -926,7 +1016,10 @@ class PostgresqlStorage:
         for name, sql, params in steps:
             while True:
                 try:
-                    removed = await self._write(_sweep_batch(sql, params))
+                    batch = (
+                        _expiry(*params) if name == "expired_entries" else _sweep_batch(sql, params)
+                    )
+                    removed = await self._write(batch)
                 except UpstreamUnavailableError as exc:
                     counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
                     break
@@ -957,14 +1050,15 @@ class PostgresqlStorage:
                 )
                 # Everything kept per entry is in its row (the full-text vector, say) or
                 # cascades from it (entry_tags).
-                status = await conn.execute(
+                gone = await conn.fetch(
                     "DELETE FROM entries WHERE (scope_pk, seq) IN"
-                    " (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                    " (SELECT * FROM unnest($1::bigint[], $2::bigint[])) RETURNING scope_pk, id",
                     pks,
                     seqs,
                 )
+                await _record(conn, tenant, [(r[0], r[1]) for r in gone], "forget")
                 # A sweep of another sidecar may have taken some of them meanwhile.
-                return len(rows), int(status.rsplit(" ", 1)[-1])
+                return len(rows), len(gone)
             return 0, 0
 
         total = 0
@@ -1161,6 +1255,48 @@ class PostgresqlStorage:
 async def _empty_write(conn: Conn, effects: Effects) -> None:
     """A write that changes nothing: whether the database takes writes at all."""
     await conn.execute("UPDATE meta SET value = value WHERE key = 'ref_mac_key'")
+
+
+async def _record(conn: Conn, tenant: str, ended: Sequence[tuple[int, str]], op: str) -> None:
+    """Change records of ``tenant`` for the entries ``(scope_pk, id)`` that ``op`` ended,
+    at sequence numbers of their own (the tenant's clock is taken here, if not already)."""
+    if not ended:
+        return
+    last, at_us = await _take_clock(conn, tenant, len(ended))
+    first = last - len(ended) + 1
+    await conn.executemany(
+        _CHANGE,
+        [
+            (tenant, (first + n) * 4, scope_pk, entry_id, op, at_us)
+            for n, (scope_pk, entry_id) in enumerate(ended)
+        ],
+    )
+
+
+def _expiry(now_us: int, batch_size: int) -> Callable[[Conn, Effects], Awaitable[int | None]]:
+    """A batch of the expired entries' removal with a change record for each that was live
+    (a deleted or superseded one had its record when it ended), under the sweep lock."""
+
+    async def op(conn: Conn, effects: Effects) -> int | None:
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _SWEEP_LOCK):
+            return None
+        gone = await conn.fetch(
+            "DELETE FROM entries e WHERE (e.scope_pk, e.seq) IN (SELECT x.scope_pk, x.seq"
+            " FROM entries x WHERE x.expires_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            " RETURNING e.scope_pk, e.id, e.deleted_seq IS NULL,"
+            " (SELECT s.tenant FROM scopes s WHERE s.scope_pk = e.scope_pk)",
+            now_us,
+            batch_size,
+        )
+        by_tenant: dict[str, list[tuple[int, str]]] = {}
+        for scope_pk, entry_id, live, tenant in gone:
+            if live:
+                by_tenant.setdefault(tenant, []).append((scope_pk, entry_id))
+        for tenant in sorted(by_tenant):  # clocks in one order: no cycle between sweepers
+            await _record(conn, tenant, by_tenant[tenant], "expire")
+        return len(gone)
+
+    return op
 
 
 async def _take_clock(conn: Conn, tenant: str, count: int) -> tuple[int, int]:

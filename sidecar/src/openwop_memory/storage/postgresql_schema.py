@@ -193,6 +193,18 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                 UNIQUE (scope_pk, key, revision),
                 FOREIGN KEY (scope_pk, seq) REFERENCES entries (scope_pk, seq) ON DELETE CASCADE
             )""",
+            # The change feed, per tenant: ``pos`` is the tenant's sequence number of the
+            # write times 4 plus the record's index in it, so commit order across the fleet.
+            """CREATE TABLE changes (
+                tenant text NOT NULL,
+                pos bigint NOT NULL,
+                scope_pk bigint NOT NULL,
+                entry_id text NOT NULL,
+                op text NOT NULL,
+                at_us bigint NOT NULL,
+                PRIMARY KEY (tenant, pos)
+            )""",
+            "CREATE INDEX changes_by_age ON changes (at_us)",
         ],
     ),
 ]

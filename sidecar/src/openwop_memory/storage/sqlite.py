@@ -51,6 +51,7 @@ from .base import (
     REFUSED,
     BeginOutcome,
     BeginResult,
+    Change,
     EntryRow,
     FoundEntry,
     FoundRun,
@@ -135,6 +136,7 @@ _HISTORY_SQL = (
     " AND (e.expires_us IS NULL OR e.expires_us > :now) AND k.revision < :before"
     " ORDER BY k.revision DESC LIMIT :limit"
 )
+_CHANGE = "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us) VALUES (?, ?, ?, ?, ?)"
 # The live entries and the scopes, exactly. Every row is counted off the narrowest index
 # (about 7 ms for a million entries), then the tombstones and the expired rows the sweep
 # has not erased yet are taken off through their partial indexes, which hold few rows.
@@ -689,6 +691,9 @@ class SqliteStorage:
             if key is not None:
                 txn.keys.append(KeyInsert(scope_pk, key, request.digest, seq, now_us))
             if head is None or request.entry_key is None:
+                txn.later.append(
+                    (_CHANGE, (request.scope.tenant, scope_pk, row.id, "put", created_us))
+                )
                 return PutResult(PutOutcome.STORED, row)
             latest, _, current_seq, current_id = head
             revision = latest + 1
@@ -706,6 +711,10 @@ class SqliteStorage:
                 txn.later.append(
                     ("UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (created_us, current_seq))
                 )
+                assert current_id is not None
+                change = (request.scope.tenant, scope_pk, current_id, "supersede", created_us)
+                txn.later.append((_CHANGE, change))
+            txn.later.append((_CHANGE, (request.scope.tenant, scope_pk, row.id, "put", created_us)))
             txn.key_heads[(scope_pk, request.entry_key)] = (seq, revision, row.expires_us, row.id)
             txn.revisions[seq] = revision
             return PutResult(PutOutcome.STORED, row, revision, current_id)
@@ -777,7 +786,7 @@ class SqliteStorage:
             rows = txn.conn.execute(
                 f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
                 " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)"
-                " RETURNING seq",
+                " RETURNING seq, scope_pk",
                 {
                     "seq": txn.seq + 1,
                     "id": entry_id,
@@ -791,6 +800,9 @@ class SqliteStorage:
                 # A keyed revision's end, from which its history is kept for the retention.
                 txn.conn.execute(
                     "UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (deleted_us, rows[0][0])
+                )
+                txn.conn.execute(
+                    _CHANGE, (scope.tenant, rows[0][1], entry_id, "delete", deleted_us)
                 )
                 return True
             return False
@@ -959,6 +971,79 @@ class SqliteStorage:
             rows = await _fetch(self._reader(), sql, params)
         return [_row(r) for r in rows]
 
+    def _selection(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """``FROM ... WHERE ...`` of the entries a list considers, and its parameters."""
+        params: dict[str, Any] = {
+            "tenant": scope.tenant,
+            "key": scope.key,
+            "snap": cast(int, snapshot),
+            "now": now_us,
+        }
+        conditions = _where_sql(where, params)
+        if tag is None:
+            sql = f"FROM entries e WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE}{conditions}"
+        else:
+            params["tag"] = tag
+            sql = (
+                f"FROM entry_tags t JOIN entries e ON e.seq = t.seq WHERE t.scope_pk = {_SCOPE_PK}"
+                f" AND t.tag = :tag AND t.seq <= :snap AND {_VISIBLE}{conditions}"
+            )
+        return sql, params
+
+    async def page(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        limit: int,
+        tag: str | None,
+        where: ListFilter | None,
+        before: int | None,
+    ) -> Sequence[tuple[int, EntryRow]]:
+        selection, params = self._selection(scope, snapshot, now_us, tag, where)
+        params["limit"] = limit
+        params["before"] = 2**62 if before is None else before
+        sql = (
+            f"SELECT e.seq, {_ENTRY_COLUMNS} {selection} AND e.seq < :before"
+            " ORDER BY e.seq DESC LIMIT :limit"
+        )
+        with translate_errors():
+            rows = await _fetch(self._reader(), sql, params)
+        return [(int(r[0]), _row(r[1:])) for r in rows]
+
+    async def count(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        tag: str | None,
+        where: ListFilter | None,
+    ) -> int:
+        selection, params = self._selection(scope, snapshot, now_us, tag, where)
+        with translate_errors():
+            rows = await _fetch(self._reader(), f"SELECT count(*) {selection}", params)
+        return int(rows[0][0])
+
+    async def changes(self, *, tenant: str, after: int, limit: int) -> Sequence[Change]:
+        with translate_errors():
+            rows = await _fetch(
+                self._reader(),
+                "SELECT c.pos, s.key, c.entry_id, c.op, c.at_us FROM changes c"
+                " JOIN scopes s ON s.scope_pk = c.scope_pk WHERE c.tenant = ? AND c.pos > ?"
+                " ORDER BY c.pos LIMIT ?",
+                (tenant, after, limit),
+            )
+        return [Change(*r) for r in rows]
+
     async def get_key(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_key: str
     ) -> tuple[EntryRow, int] | None:
@@ -1013,6 +1098,12 @@ class SqliteStorage:
                 (horizons.now_us, batch_size),
             ),
             (
+                "purged_changes",
+                "DELETE FROM changes WHERE pos IN (SELECT pos FROM changes WHERE at_us <= ?"
+                " LIMIT ?)",
+                (horizons.key_cutoff_us, batch_size),
+            ),
+            (
                 "purged_idempotency_keys",
                 "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
                 " WHERE created_us <= ? LIMIT ?)",
@@ -1042,7 +1133,10 @@ class SqliteStorage:
         for name, sql, params in steps:
             while True:
                 try:
-                    removed = await self._writer.write(_statement(sql, params))
+                    write = (
+                        _expiry(*params) if name == "expired_entries" else _statement(sql, params)
+                    )
+                    removed = await self._writer.write(write)
                 except MemoryServiceError as exc:
                     counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
                     break
@@ -1089,6 +1183,12 @@ class SqliteStorage:
             ]
             if seqs:
                 doomed = orjson.dumps(seqs)
+                txn.conn.execute(
+                    "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us)"
+                    " SELECT ?, scope_pk, id, 'forget', ? FROM entries"
+                    " WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+                    (tenant, txn.last_us, doomed),
+                )
                 txn.conn.execute(
                     "DELETE FROM idempotency WHERE entry_seq IN (SELECT value FROM json_each(?))",
                     (doomed,),
@@ -1344,6 +1444,35 @@ class SqliteStorage:
             problems=tuple(problems),
             properties=properties,
         )
+
+
+def _expiry(now_us: int, batch_size: int) -> OpFn:
+    """A batch of the expired entries' removal, with a change record for each that was
+    live (a deleted or superseded one had its record when it ended)."""
+
+    def op(txn: Txn) -> int:
+        seqs = [
+            r[0]
+            for r in txn.conn.execute(
+                "SELECT seq FROM entries WHERE expires_us <= ? LIMIT ?", (now_us, batch_size)
+            ).fetchall()
+        ]
+        if not seqs:
+            return 0
+        doomed = orjson.dumps(seqs)
+        txn.conn.execute(
+            "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us)"
+            " SELECT s.tenant, e.scope_pk, e.id, 'expire', ? FROM entries e"
+            " JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.deleted_seq IS NULL"
+            " AND e.seq IN (SELECT value FROM json_each(?)) ORDER BY e.seq",
+            (txn.last_us, doomed),
+        )
+        txn.conn.execute(
+            "DELETE FROM entries WHERE seq IN (SELECT value FROM json_each(?))", (doomed,)
+        )
+        return len(seqs)
+
+    return op
 
 
 def _probe(txn: Txn) -> None:

@@ -43,7 +43,8 @@ revisions of a key (the key's keyed digest, never its text) with their revision 
 when each ended (superseded or deleted), so the sweep keeps a key's history for the replay
 retention. A revision is an ordinary entry row: a supersede stamps the old row's
 ``deleted_seq`` with the new row's ``seq``, so every read's visibility rule applies as is.
-The row goes with its entry (cascade). (Number 7 is left to a concurrent migration.)
+The row goes with its entry (cascade). It also adds ``changes``, the change feed (see
+``storage/base.py``). (Number 7 is left to a concurrent migration.)
 """
 
 from __future__ import annotations
@@ -220,6 +221,19 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                 ended_us INTEGER,
                 UNIQUE (scope_pk, key, revision)
             )""",
+            # The change feed: a content-free record of every put, supersede, delete,
+            # expiry and forget, written in the transaction of the change. ``pos`` (never
+            # reused: AUTOINCREMENT) is commit order, the writer being one at a time.
+            """CREATE TABLE changes (
+                pos INTEGER PRIMARY KEY AUTOINCREMENT,
+                tenant TEXT NOT NULL,
+                scope_pk INTEGER NOT NULL,
+                entry_id TEXT NOT NULL,
+                op TEXT NOT NULL,
+                at_us INTEGER NOT NULL
+            )""",
+            "CREATE INDEX changes_by_tenant ON changes (tenant, pos)",
+            "CREATE INDEX changes_by_age ON changes (at_us)",
         ],
     ),
 ]

@@ -42,6 +42,8 @@ from openwop_memory_client import (
 from openwop_memory_client.wire import (
     INVALID_REQUEST,
     PARSE_ERROR,
+    ChangesParams,
+    CountParams,
     DeleteParams,
     EmptyParams,
     GetKeyParams,
@@ -49,6 +51,7 @@ from openwop_memory_client.wire import (
     HistoryParams,
     IssueRefParams,
     ListParams,
+    PageParams,
     PutParams,
     RunAddSecretsParams,
     RunBeginParams,
@@ -64,7 +67,7 @@ from .methods import AnyMethod, Bound, Method, bind
 log = structlog.get_logger("openwop_memory.request")
 
 # Methods whose answer has no size bound but the request's own limit (many entries).
-_UNBOUNDED_ANSWERS = frozenset({"memory.list", "memory.history"})
+_UNBOUNDED_ANSWERS = frozenset({"memory.list", "memory.history", "memory.page"})
 
 
 class Pacer(Protocol):
@@ -117,6 +120,9 @@ _METHODS: dict[str, AnyMethod[MemoryService]] = {
     ),
     "memory.put": Method(PutParams, lambda s, p: s.put(p)),
     "memory.delete": Method(DeleteParams, lambda s, p: s.delete(p)),
+    "memory.page": Method(PageParams, lambda s, p: s.page(p)),
+    "memory.changes": Method(ChangesParams, lambda s, p: s.changes(p)),
+    "memory.count": Method(CountParams, lambda s, p: s.count(p)),
     "memory.getKey": Method(GetKeyParams, lambda s, p: s.get_key(p)),
     "memory.history": Method(HistoryParams, lambda s, p: s.history(p)),
     "sidecar.health": Method(EmptyParams, lambda s, p: s.health()),
