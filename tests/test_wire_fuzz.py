@@ -160,6 +160,11 @@ async def test_each_method_answers_a_well_formed_request(dispatcher: Dispatcher)
         "memory.list": {"runId": "r", "memoryRef": "n"},
         "memory.get": {"runId": "r", "memoryRef": "n", "id": "mem_none"},
         "memory.delete": {"runId": "r", "memoryRef": "n", "id": "mem_none"},
+        "memory.getKey": {"runId": "r", "memoryRef": "n", "key": "k"},
+        "memory.history": {"runId": "r", "memoryRef": "n", "key": "k"},
+        "memory.page": {"runId": "r", "memoryRef": "n"},
+        "memory.count": {"runId": "r", "memoryRef": "n"},
+        "memory.changes": {"tenant": "t"},
         "run.end": {"runId": "r"},
     }
     assert sorted(calls) == sorted(METHODS)
