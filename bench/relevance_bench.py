@@ -49,7 +49,7 @@ from openwop_memory.retrieval.encoders import wordllama as semantic
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite import SqliteStorage
-from openwop_memory.storage.vector_cache import ROW_BYTES
+from openwop_memory.storage.vector_cache import row_bytes
 from openwop_memory.timefmt import now_us
 
 from bench.report import Metric, SuiteResult, Target
@@ -176,7 +176,7 @@ async def _latency(
         Metric("disk per 100k entries: vectors", vectors * scale / 2**20, "MiB"),
         Metric(
             "vector cache per 100k entries (memory)",
-            _PER_100K * ROW_BYTES / 2**20,
+            _PER_100K * row_bytes(semantic.RANK_DIMENSIONS) / 2**20,
             "MiB",
         ),
     ]

@@ -73,7 +73,7 @@ def test_capabilities_shape(client: RawClient) -> None:
                     "keyword": True,
                     "semantic": True,
                     "embeddingModel": "wordllama-l2_supercat-64",
-                    "fusion": "reciprocal-rank-60",
+                    "fusion": "weighted-scores",
                 },
                 # No admin socket here, so nothing can forget (see test_admin).
                 "retention": {"ttl": True, "forget": False},

@@ -10,7 +10,7 @@ from openwop_memory.retrieval.encoders import (
     EncoderUnavailableError,
     load_encoder,
 )
-from openwop_memory.retrieval.fusion import fuse
+from openwop_memory.retrieval.fusion import Weights, fuse
 from openwop_memory.retrieval.text import index_terms, query_terms
 
 pytestmark = pytest.mark.backend_independent
@@ -30,18 +30,38 @@ def test_terms_of_an_entry_keep_repeats_and_a_query_drops_stop_words() -> None:
     assert query_terms("what is it that they were") == []
 
 
-def test_fusion_scores_are_in_0_1_and_zero_for_hidden_or_unmatched_rows() -> None:
-    keyword = np.array([0.0, 2.5, 1.0, 4.0], np.float32)
-    meaning = np.array([0.05, 0.9, -0.3, 0.2], np.float32)
-    visible = np.array([True, True, True, False])
-    created = np.arange(4, dtype=np.int64)
-    for side in (meaning, None):
-        scores = fuse(keyword=keyword, meaning=side, created_us=created, visible=visible, query="q")
-        assert scores.dtype == np.float32 and scores.shape == (4,)
-        assert bool(((scores >= 0) & (scores <= 1)).all())
-        assert scores[3] == 0  # not visible, although its keyword score is the best
-        assert scores[0] == 0  # no term matches, cosine below the floor
-        assert scores[1] == max(scores)
+WEIGHTS = Weights(meaning=0.3, floor=0.2, related=0.5)
+
+
+def test_fusion_scores_are_in_0_1_best_first_and_leave_out_the_unrelated() -> None:
+    keyword = [(4, 4.0), (2, 2.0), (3, 1.0)]
+    meaning = [(7, 0.9), (2, 0.8), (5, 0.45), (6, 0.21)]
+    fused = fuse(keyword, meaning, weights=WEIGHTS)
+    scores = dict(fused)
+    assert all(0 < score <= 1 for score in scores.values())
+    assert [seq for seq, _ in fused] == sorted(scores, key=lambda s: (-scores[s], -s))
+    # 5 and 6 match no term and are less similar than ``related``: not hits.
+    assert set(scores) == {2, 3, 4, 7}
+    # The best keyword hit keeps its keyword share; 2 gains meaning on top of its keywords.
+    assert scores[4] == pytest.approx(0.7) and scores[2] > 0.7 * 2.0 / 4.0
+    assert scores[7] == pytest.approx(0.3)  # meaning alone, the best rise above the floor
+
+
+def test_fusion_of_keywords_alone_keeps_the_keyword_order() -> None:
+    keyword = [(1, 3.0), (9, 2.0), (5, 2.0), (2, 0.5)]
+    assert [seq for seq, _ in fuse(keyword, [], weights=WEIGHTS)] == [1, 9, 5, 2]
+
+
+def test_fusion_with_nothing_relevant_finds_nothing() -> None:
+    assert fuse([], [(1, 0.45), (2, 0.3)], weights=WEIGHTS) == []
+
+
+def test_fusion_is_deterministic_and_ties_go_to_the_newer() -> None:
+    keyword = [(3, 1.0), (8, 1.0)]
+    meaning = [(3, 0.6), (8, 0.6)]
+    first = fuse(keyword, meaning, weights=WEIGHTS)
+    assert first == fuse(keyword, meaning, weights=WEIGHTS)
+    assert [seq for seq, _ in first] == [8, 3]
 
 
 def test_an_unknown_model_is_a_clear_error() -> None:

@@ -24,6 +24,7 @@ from openwop_memory.app import open_app
 from openwop_memory.config import Settings
 from openwop_memory.domain import SweepHorizons
 from openwop_memory.retrieval.encoders import wordllama as semantic
+from openwop_memory.retrieval.fusion import LIGHT_WEIGHTS, Weights
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import ListFilter, PutRequest, Scope, Snapshot, Storage
 from openwop_memory.timefmt import now_us
@@ -147,14 +148,6 @@ def test_scores_are_exact_in_any_row_order() -> None:
 
 
 @pytest.mark.backend_independent
-def test_fusion_by_reciprocal_rank_ties_newest_first() -> None:
-    # 3 is in both lists; 1 and 4 are first of one list each (a tie: the larger key first).
-    assert semantic.fuse([1, 2, 3], [4, 3]) == [3, 4, 1, 2]
-    assert semantic.fuse([], [5, 6]) == [5, 6]
-    assert semantic.fuse([9], []) == [9]
-
-
-@pytest.mark.backend_independent
 def test_text_without_words_has_no_vector() -> None:
     assert model().vector(" \n\t ") is None
     assert model().vector("") is None
@@ -216,9 +209,8 @@ async def test_meaning_finds_what_keywords_cannot(store: Storage) -> None:
         rows = np.stack([semantic.query_vector(model().vector(c) or b"") for c in contents])
         cosines = semantic.similarities(rows, semantic.norms_of(rows), query)
         cosines /= np.sqrt(float(query @ query))
-        near = [
-            c for cos, c in sorted(zip(cosines, contents, strict=True), reverse=True) if cos >= 0.1
-        ]
+        ranked = sorted(zip(cosines, contents, strict=True), reverse=True)
+        near = [c for cos, c in ranked if cos >= LIGHT_WEIGHTS.related]
         assert await searched(store, snap, text, keywords=False) == near
 
 
@@ -326,7 +318,10 @@ async def test_a_big_scope_ranks_exactly_as_brute_force(store: Storage) -> None:
     query = vectors[4321]
     matrix = vectors.astype(np.float32)
     scores = semantic.similarities(matrix, semantic.norms_of(matrix), query.astype(np.float32))
-    keep = scores >= semantic.query_threshold(query.astype(np.float32))
+    cosines = scores / np.sqrt(float(query.astype(np.float32) @ query.astype(np.float32)))
+    # Floors low enough that about a fifth of the random vectors are candidates.
+    weights = Weights(meaning=0.5, floor=0.1, related=0.1)
+    keep = cosines > weights.floor
     order = sorted(np.flatnonzero(keep), key=lambda i: (-scores[i], -i))[:50]
     found = await store.search(
         scope=A,
@@ -336,6 +331,7 @@ async def test_a_big_scope_ranks_exactly_as_brute_force(store: Storage) -> None:
         limit=50,
         tag=None,
         vector=query.tobytes(),
+        weights=weights,
     )
     assert [r.content for r in found] == [rows[i] for i in order]
     assert found[0].content == "entry 4321"
@@ -434,7 +430,7 @@ def test_capabilities_say_semantic_with_the_model(client: RawClient) -> None:
         "keyword": True,
         "semantic": True,
         "embeddingModel": semantic.MODEL,
-        "fusion": f"reciprocal-rank-{semantic.RRF_K}",
+        "fusion": "weighted-scores",
     }
 
 

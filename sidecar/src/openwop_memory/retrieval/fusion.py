@@ -1,48 +1,85 @@
-"""Fusion: one relevance score in [0, 1] per row of a scope, from its keyword and meaning
-scores.
+"""Fusion: one relevance score in [0, 1] per candidate, from its keyword and meaning scores.
 
-A placeholder with the seam's signature (the recall work owns the real formula): each
-side normalised by its best visible score, weighted keywords 0.7, meaning 0.3; a row no
-query term matches and with a cosine at or below :data:`MEANING_FLOOR` scores 0.
+Reciprocal rank fusion with equal weights, what search used before, fell below the keyword
+list alone on real multi-session conversations: a weak list by meaning pulls a good keyword
+list down, because a rank says nothing of how near the entry is. So each side is weighed by
+its own score instead, normalised by the best of its list, keywords heavier:
+
+    score = (1 - w) * keyword / best_keyword + w * closeness
+
+where ``closeness`` is how far an entry's cosine rises above the model's floor (below which
+cosines are what unrelated texts score), relative to the best candidate's rise. The floor is
+fixed, not taken from the scope's spread of cosines: a spread would count entries outside
+the snapshot, and a replay's order would move when a sweep removed them. A keyword hit
+outside the nearest candidates is weighed by its own cosine too. An entry no query term
+matches takes part only if its cosine reaches the model's ``related`` floor: below it, a
+cosine is no evidence of relatedness, and a query with nothing relevant is answered with
+nothing.
+
+``w`` and the floors belong to the model (:class:`Weights`), chosen by measuring recall on
+conversations (``make bench BENCH_ARGS="--only conversations"``): a light static model
+earns a small ``w``, a sentence encoder a larger one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
 
-KEYWORD_WEIGHT = 0.7
-MEANING_FLOOR = 0.1
-"""A cosine at or below this is no evidence of relatedness."""
+@dataclass(frozen=True)
+class Weights:
+    """How much a model's meaning counts (``meaning``, in [0, 1)); the cosine a candidate
+    needs to count at all (``floor``); and the cosine an entry no query term matches needs
+    to be a hit (``related``)."""
+
+    meaning: float
+    floor: float
+    related: float
 
 
 def fuse(
+    keyword: Sequence[tuple[int, float]],
+    meaning: Sequence[tuple[int, float]],
     *,
-    keyword: npt.NDArray[np.float32],
-    meaning: npt.NDArray[np.float32] | None,
-    created_us: npt.NDArray[np.int64],
-    visible: npt.NDArray[np.bool_],
-    query: str,
-) -> npt.NDArray[np.float32]:
-    """A score in [0, 1] per row (arrays aligned to the scope's rows in seq order:
-    ``keyword`` BM25, 0 where no term matches; ``meaning`` cosine in [-1, 1], or ``None``
-    without a model); 0 means not relevant, and a row not ``visible`` scores 0.
-    Deterministic: the same arrays give the same scores."""
-    import numpy as np
+    weights: Weights,
+) -> list[tuple[int, float]]:
+    """The union of ``keyword`` (``(seq, keyword score)``, scores > 0) and ``meaning``
+    (``(seq, cosine)``), each entry with its fused score, best first, ties by the larger
+    ``seq`` (the newer) first; entries scoring 0 are left out.
 
-    del created_us, query  # unused by the placeholder
-    key = np.where(visible, keyword, np.float32(0)).astype(np.float32)
-    best = float(key.max()) if len(key) else 0.0
-    score = (key / np.float32(best)) if best > 0 else np.zeros_like(key)
-    if meaning is None:
-        result: npt.NDArray[np.float32] = np.clip(score, 0, 1).astype(np.float32)
-        return result
-    near = np.where(visible & (meaning > MEANING_FLOOR), meaning, np.float32(0))
-    top = float(near.max()) if len(near) else 0.0
-    near = (near / np.float32(top)) if top > 0 else np.zeros_like(key)
-    fused = np.float32(KEYWORD_WEIGHT) * score + np.float32(1 - KEYWORD_WEIGHT) * near
-    clipped: npt.NDArray[np.float32] = np.clip(fused, 0, 1).astype(np.float32)
-    return clipped
+    Deterministic: the same lists give the same scores and order (sums of two terms, each
+    computed the same way every time).
+    """
+    best_keyword = max((score for _, score in keyword), default=0.0)
+    usual = weights.floor
+    rises = {seq: cosine - usual for seq, cosine in meaning if cosine > usual}
+    best_rise = max(rises.values(), default=0.0)
+    cosines = dict(meaning)
+    scores: dict[int, float] = {}
+    for seq, score in keyword:
+        if score > 0 and best_keyword > 0:
+            scores[seq] = (1 - weights.meaning) * score / best_keyword
+    for seq, rise in rises.items():
+        if seq not in scores and cosines[seq] < weights.related:
+            continue
+        closeness = rise / best_rise if best_rise > 0 else 0.0
+        scores[seq] = scores.get(seq, 0.0) + weights.meaning * closeness
+    ranked = [(seq, round(score, 9)) for seq, score in scores.items() if score > 0]
+    ranked.sort(key=lambda item: (-item[1], -item[0]))
+    return ranked
+
+
+LIGHT_WEIGHTS = Weights(meaning=0.4, floor=0.1, related=0.2)
+"""WordLlama's (the light default): a static model's cosines are weak evidence."""
+
+_WEIGHTS = {
+    "wordllama-l2_supercat-64": LIGHT_WEIGHTS,
+    "all-minilm-l6-v2": Weights(meaning=0.4, floor=0.15, related=0.35),
+}
+
+
+def weights_for(model: str) -> Weights:
+    """The fusion weights measured for the embedding model called ``model`` (the light
+    default's for a model not measured)."""
+    return _WEIGHTS.get(model, LIGHT_WEIGHTS)

@@ -47,7 +47,7 @@ from openwop_memory_client.wire import (
 from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
-from ..retrieval.encoders.wordllama import RRF_K
+from ..retrieval.fusion import weights_for
 from ..retrieval.text import query_terms
 from ..storage.base import (
     BeginOutcome,
@@ -275,7 +275,7 @@ class MemoryService:
         if semantic:
             relevance |= {
                 "embeddingModel": self._embedding.name,
-                "fusion": f"reciprocal-rank-{RRF_K}",
+                "fusion": "weighted-scores",
             }
         return {
             "capabilities": {
@@ -556,6 +556,7 @@ class MemoryService:
                 max_tokens=max_tokens,
                 where=where,
                 vector=vector,
+                weights=weights_for(self._embedding.name),
             )
         else:
             rows = await self._storage.list(

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
 from ..domain import NotNow, SweepHorizons
+from ..retrieval.fusion import LIGHT_WEIGHTS, Weights
 
 # Opaque to everything but the backend that issued it (SQLite: a commit sequence number);
 # compared only for equality by the service.
@@ -446,6 +447,7 @@ class Storage(Protocol):
         max_tokens: int | None = None,
         where: ListFilter | None = None,
         vector: bytes | None = None,
+        weights: Weights = LIGHT_WEIGHTS,
     ) -> list[EntryRow]:
         """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag,
         token and ``where`` rules), most relevant first: without ``vector``, those matching at
@@ -460,13 +462,14 @@ class Storage(Protocol):
         matching this one, counted after ``tag`` and ``where`` but before ``max_tokens``
         apply; ties newest first.
 
-        **With ``vector``** (the query's embedding, :mod:`~retrieval.encoders.wordllama`): the
-        keyword list's first ``limit`` entries and the ``limit`` entries with a stored
-        vector nearest to ``vector`` (cosine of the stored integers, exact, at least
-        :data:`~retrieval.encoders.wordllama.MIN_COSINE`; ties newest first), among the same
-        entries, are fused by reciprocal rank
-        (:func:`~retrieval.encoders.wordllama.fuse`): the result's first ``limit``. An entry stored
-        without a vector takes part through its keywords only.
+        **With ``vector``** (the query's embedding, by the model ``weights`` were measured
+        for): the keyword list's first :func:`~storage.vector_cache.candidate_pool` entries
+        and as many entries with a stored vector of the same model whose cosine with
+        ``vector`` (of the stored integers, exact) is above ``weights.floor`` (ties newest
+        first), among the same entries, fused by :func:`~retrieval.fusion.fuse`: the first
+        ``limit`` of the entries scoring above 0. An entry that matches no term and is less
+        similar than ``weights.related`` is left out, so a query with nothing relevant finds
+        nothing. An entry stored without a vector takes part through its keywords only.
 
         Nothing outside the snapshot weighs in, so the same snapshot and query give the
         same order for as long as no entry expires.

@@ -40,6 +40,7 @@ from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..logs import describe_exception
+from ..retrieval.fusion import LIGHT_WEIGHTS, Weights
 from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
@@ -684,14 +685,15 @@ class PostgresqlStorage:
         max_tokens: int | None = None,
         where: ListFilter | None = None,
         vector: bytes | None = None,
+        weights: Weights = LIGHT_WEIGHTS,
     ) -> list[EntryRow]:
-        def keyword() -> Awaitable[list[tuple[int, EntryRow]]]:
+        def keyword(count: int) -> Awaitable[list[tuple[int, float, EntryRow]]]:
             return self._keyword_search(
-                scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+                scope, snapshot, now_us, terms, count, tag, max_tokens, where
             )
 
         if vector is None:
-            return [row for _, row in await keyword()]
+            return [row for _, _, row in await keyword(limit)]
         # Imported here: numpy comes with the search extra, which a vector implies.
         from .vector_cache import hybrid_search
 
@@ -702,6 +704,7 @@ class PostgresqlStorage:
             snapshot_seq=cast(int, snapshot),
             now_us=now_us,
             vector=vector,
+            weights=weights,
             limit=limit,
             load_after=lambda after: self._vectors_after(scope, after),
             check=lambda seqs, found: self._check(
@@ -719,8 +722,9 @@ class PostgresqlStorage:
         tag: str | None,
         max_tokens: int | None,
         where: ListFilter | None,
-    ) -> list[tuple[int, EntryRow]]:
-        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
+    ) -> list[tuple[int, float, EntryRow]]:
+        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq`` and
+        keyword score."""
         if not terms:
             return []
         # plainto_tsquery reads each term as plain words (no query syntax); a stop word
@@ -740,12 +744,12 @@ class PostgresqlStorage:
             " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
             " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
             " ON df.term = v.term GROUP BY v.seq)"
-            f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            f" SELECT e.seq, s.score, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
             f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
         )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        return [(r[0], _row(tuple(r)[1:])) for r in rows]
+        return [(r[0], float(r[1]), _row(tuple(r)[2:])) for r in rows]
 
     async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
         """The scope's rows with a vector and a ``seq`` above ``after``, in order."""

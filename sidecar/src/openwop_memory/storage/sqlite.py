@@ -44,6 +44,7 @@ import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ..retrieval.fusion import LIGHT_WEIGHTS, Weights
 from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
@@ -242,7 +243,7 @@ def _keyword_query(
         " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
         f" AND t.seq = e.seq)){_where_sql(where, params)}),"
         f" {_SCORES}"
-        f" SELECT e.seq, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+        f" SELECT e.seq, s.score, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
         " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
         " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
     )
@@ -839,14 +840,15 @@ class SqliteStorage:
         max_tokens: int | None = None,
         where: ListFilter | None = None,
         vector: bytes | None = None,
+        weights: Weights = LIGHT_WEIGHTS,
     ) -> list[EntryRow]:
-        def keyword() -> Awaitable[list[tuple[int, EntryRow]]]:
+        def keyword(count: int) -> Awaitable[list[tuple[int, float, EntryRow]]]:
             return self._keyword_search(
-                scope, snapshot, now_us, terms, limit, tag, max_tokens, where
+                scope, snapshot, now_us, terms, count, tag, max_tokens, where
             )
 
         if vector is None:
-            return [row for _, row in await keyword()]
+            return [row for _, _, row in await keyword(limit)]
         # Imported here: numpy comes with the search extra, which a vector implies.
         from .vector_cache import hybrid_search
 
@@ -857,6 +859,7 @@ class SqliteStorage:
             snapshot_seq=cast(int, snapshot),
             now_us=now_us,
             vector=vector,
+            weights=weights,
             limit=limit,
             load_after=lambda after: self._vectors_after(scope, after),
             check=lambda seqs, found: self._check(
@@ -874,14 +877,15 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None,
         where: ListFilter | None,
-    ) -> list[tuple[int, EntryRow]]:
-        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq``."""
+    ) -> list[tuple[int, float, EntryRow]]:
+        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq`` and
+        keyword score."""
         if not terms:
             return []
         sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
-        return [(r[0], _row(r[1:])) for r in rows]
+        return [(r[0], float(r[1]), _row(r[2:])) for r in rows]
 
     async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
         """The scope's rows with a vector and a ``seq`` above ``after``, in order."""

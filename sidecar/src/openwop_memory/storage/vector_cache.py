@@ -14,7 +14,7 @@ This relies on a scope's sequence numbers being committed in order (both backend
 them out under a lock held until commit): once the cache holds every row up to ``n``, no
 row with a number at or below ``n`` can appear later.
 
-Memory: the matrix is float32 (:data:`~retrieval.encoders.wordllama.RANK_DIMENSIONS` x 4 bytes
+Memory: the matrix is float32 (the model's dimensions x 4 bytes
 an entry, plus 25 for its number, expiry, length and liveness); scopes least recently
 searched are dropped when all cached scopes would exceed ``max_bytes``, or there would be
 more than ``max_scopes`` of them.
@@ -33,19 +33,20 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from ..retrieval.encoders.wordllama import (
-    RANK_DIMENSIONS,
-    fuse,
-    norms_of,
-    query_threshold,
-    query_vector,
-    similarities,
-)
+from ..retrieval.encoders.wordllama import norms_of, similarities
+from ..retrieval.fusion import Weights, fuse
 from .base import EntryRow, Scope
 
 NO_EXPIRY = np.iinfo(np.int64).max
-ROW_BYTES = RANK_DIMENSIONS * 4 + 25
-"""Memory an entry takes in the cache (its arrays grow by doubling: up to twice that)."""
+_ROW_OVERHEAD = 25  # an entry's number, expiry, length and liveness, in bytes
+
+
+def row_bytes(dimensions: int) -> int:
+    """Memory an entry with a vector of ``dimensions`` takes in the cache (its arrays grow
+    by doubling: up to twice that)."""
+    return dimensions * 4 + _ROW_OVERHEAD
+
+
 _FIRST_CAPACITY = 1024
 # Up to this many cached rows a search scores on the event loop (about 0.1 ms here).
 _INLINE_ROWS = 8192
@@ -69,29 +70,31 @@ class _Scope:
     size: int
     loaded_seq: int
     lock: anyio.Lock
+    dimensions: int
 
     @classmethod
-    def empty(cls) -> _Scope:
+    def empty(cls, dimensions: int) -> _Scope:
         return cls(
             np.empty(0, np.int64),
             np.empty(0, np.int64),
             np.empty(0, np.bool_),
-            np.empty((0, RANK_DIMENSIONS), np.float32),
+            np.empty((0, dimensions), np.float32),
             np.empty(0, np.float64),
             0,
             -1,
             anyio.Lock(),
+            dimensions,
         )
 
     @property
     def nbytes(self) -> int:
-        return len(self.seqs) * ROW_BYTES
+        return len(self.seqs) * row_bytes(self.dimensions)
 
     def append(self, new: NewRows) -> None:
         """Add rows (in sequence order), growing the arrays by doubling; a vector of another
         length (another model's) is left out."""
         last_seq = int(new[-1][0])
-        rows = [r for r in new if len(r[2]) == RANK_DIMENSIONS]
+        rows = [r for r in new if len(r[2]) == self.dimensions]
         if not rows:
             self.loaded_seq = last_seq
             return
@@ -108,7 +111,7 @@ class _Scope:
         self.expires[start:end] = [NO_EXPIRY if r[1] is None else r[1] for r in rows]
         self.alive[start:end] = True
         block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.int8)
-        block = block.reshape(len(rows), RANK_DIMENSIONS)
+        block = block.reshape(len(rows), self.dimensions)
         self.matrix[start:end] = block.astype(np.float32)
         self.norms[start:end] = norms_of(self.matrix[start:end])
         self.size = end
@@ -116,15 +119,20 @@ class _Scope:
 
 
 def _candidates(
-    cached: _Scope, n: int, snapshot_seq: int, now_us: int, query: npt.NDArray[np.float32]
+    cached: _Scope,
+    n: int,
+    snapshot_seq: int,
+    now_us: int,
+    query: npt.NDArray[np.float32],
+    floor: float,
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-    """The rows of the first ``n`` that the snapshot shows at ``now_us`` and that are near
-    ``query`` (see :func:`~retrieval.encoders.wordllama.query_threshold`), and their scores."""
+    """The rows of the first ``n`` that the snapshot shows at ``now_us`` whose cosine with
+    ``query`` is above ``floor``, and their cosines."""
     shown = cached.alive[:n] & (cached.seqs[:n] <= snapshot_seq) & (cached.expires[:n] > now_us)
-    scores = similarities(cached.matrix[:n], cached.norms[:n], query)
-    shown &= scores >= query_threshold(query)
-    where = np.flatnonzero(shown)
-    return where, scores[where]
+    cosines = similarities(cached.matrix[:n], cached.norms[:n], query)
+    cosines /= float(np.sqrt(float(np.dot(query, query))))
+    where = np.flatnonzero(shown & (cosines > floor))
+    return where, cosines[where]
 
 
 async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -138,32 +146,44 @@ async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
         raise group.exceptions[0] from None
 
 
+KeywordSearch = Callable[[int], Awaitable[list[tuple[int, float, EntryRow]]]]
+"""The backend's keyword-ranked ``(seq, keyword score, row)`` triples, at most the argument."""
+
+
+def candidate_pool(limit: int) -> int:
+    """How many candidates each side brings to fusion for an answer of ``limit``: more than
+    ``limit``, so that an entry second on both sides can pass one first on only one."""
+    return max(2 * limit, 20)
+
+
 async def hybrid_search(
     *,
-    keyword: Callable[[], Awaitable[list[tuple[int, EntryRow]]]],
+    keyword: KeywordSearch,
     vectors: VectorCache,
     scope: Scope,
     snapshot_seq: int,
     now_us: int,
     vector: bytes,
+    weights: Weights,
     limit: int,
     load_after: LoadAfter,
     check: Callable[[list[int], dict[int, EntryRow]], Awaitable[tuple[set[int], set[int]]]],
 ) -> list[EntryRow]:
-    """What every backend's relevance search with a query vector returns: ``keyword`` (the
-    backend's keyword-ranked ``(seq, row)`` pairs) and ``vectors``' nearest entries, run side
-    by side, fused by reciprocal rank, at most ``limit``. ``check(seqs, found)`` is the
-    backend's check of candidates against the snapshot and the conditions, adding the rows it
-    keeps to ``found``.
+    """What every backend's relevance search with a query vector returns: ``keyword`` and
+    ``vectors``' nearest entries (cosine above ``weights.floor``), :func:`candidate_pool`
+    of each, run side by side and fused by :func:`~retrieval.fusion.fuse`, at most
+    ``limit``. ``check(seqs, found)`` is the backend's check of candidates against the
+    snapshot and the conditions, adding the rows it keeps to ``found``.
 
     :raises UpstreamUnavailableError: from any of the backend's calls.
     """
-    keyword_rows: list[tuple[int, EntryRow]] = []
-    nearest: list[int] = []
+    pool = candidate_pool(limit)
+    keyword_rows: list[tuple[int, float, EntryRow]] = []
+    nearest: list[tuple[int, float]] = []
     found: dict[int, EntryRow] = {}  # the rows the checks kept
 
     async def by_keywords() -> None:
-        keyword_rows.extend(await keyword())
+        keyword_rows.extend(await keyword(pool))
 
     async def by_meaning() -> None:
         nearest.extend(
@@ -172,16 +192,23 @@ async def hybrid_search(
                 snapshot_seq=snapshot_seq,
                 now_us=now_us,
                 vector=vector,
-                count=limit,
+                floor=weights.floor,
+                count=pool,
                 load_after=load_after,
                 check=lambda seqs: check(seqs, found),
             )
         )
 
     await side_by_side(by_keywords, by_meaning)  # on two of the backend's connections
-    order = fuse([seq for seq, _ in keyword_rows], nearest)[:limit]
-    found.update(keyword_rows)
-    return [found[s] for s in order]
+    # A keyword hit outside the nearest still has a cosine, which fusion weighs too.
+    near = dict(nearest)
+    missing = [seq for seq, _, _ in keyword_rows if seq not in near]
+    near.update(vectors.cosines(scope, missing, vector))
+    fused = fuse(
+        [(seq, score) for seq, score, _ in keyword_rows], list(near.items()), weights=weights
+    )
+    found.update((seq, row) for seq, _, row in keyword_rows)
+    return [found[seq] for seq, _ in fused[:limit]]
 
 
 def _grown(array: _A, capacity: int) -> _A:
@@ -207,19 +234,21 @@ class VectorCache:
         snapshot_seq: int,
         now_us: int,
         vector: bytes,
+        floor: float,
         count: int,
         load_after: LoadAfter,
         check: Check,
-    ) -> list[int]:
+    ) -> list[tuple[int, float]]:
         """The sequence numbers of up to ``count`` entries of ``scope`` nearest to ``vector``
-        among those ``check`` keeps and at least :data:`~retrieval.encoders.wordllama.MIN_COSINE`
-        similar, nearest first (ties: the larger number first).
+        among those ``check`` keeps and whose cosine with it is above ``floor``, with their
+        cosines, nearest first (ties: the larger number first). Only entries with a vector
+        of ``vector``'s length (its model's) take part.
 
         :raises UpstreamUnavailableError: from ``load_after`` or ``check``.
         """
         cached = self._scopes.get(scope)
-        if cached is None:
-            cached = self._scopes[scope] = _Scope.empty()
+        if cached is None or cached.dimensions != len(vector):
+            cached = self._scopes[scope] = _Scope.empty(len(vector))
             self._evict()
         self._scopes.move_to_end(scope)
         async with cached.lock:
@@ -233,7 +262,8 @@ class VectorCache:
             n = cached.size
             if count <= 0 or n == 0:
                 return []
-            score = partial(_candidates, cached, n, snapshot_seq, now_us, query_vector(vector))
+            query = np.frombuffer(vector, dtype=np.int8).astype(np.float32)
+            score = partial(_candidates, cached, n, snapshot_seq, now_us, query, floor)
             # A big scope's product is milliseconds: off the event loop (numpy lets go of
             # the GIL), while a small one costs less than the hand-off.
             if n > _INLINE_ROWS:
@@ -244,6 +274,24 @@ class VectorCache:
                 return []
             return await self._best(cached, where, scores, count, check)
 
+    def cosines(self, scope: Scope, seqs: Sequence[int], vector: bytes) -> dict[int, float]:
+        """The cosine with ``vector`` of each of ``seqs`` whose vector of the same model the
+        cache holds (as :meth:`nearest` computes it); the others are left out."""
+        cached = self._scopes.get(scope)
+        if cached is None or cached.dimensions != len(vector) or not seqs:
+            return {}
+        n = cached.size
+        wanted = np.asarray(seqs, dtype=np.int64)
+        at = np.minimum(np.searchsorted(cached.seqs[:n], wanted), max(n - 1, 0))
+        held = (cached.seqs[:n][at] == wanted) if n else np.zeros(len(wanted), np.bool_)
+        if not held.any():
+            return {}
+        rows = at[held]
+        query = np.frombuffer(vector, dtype=np.int8).astype(np.float32)
+        values = similarities(cached.matrix[rows], cached.norms[rows], query)
+        values /= float(np.sqrt(float(np.dot(query, query))))
+        return {int(s): float(v) for s, v in zip(wanted[held], values, strict=True)}
+
     async def _best(
         self,
         cached: _Scope,
@@ -251,11 +299,11 @@ class VectorCache:
         scores: npt.NDArray[np.float64],
         count: int,
         check: Check,
-    ) -> list[int]:
+    ) -> list[tuple[int, float]]:
         """The first ``count`` kept entries by score among the candidates at ``where``
         (``scores`` theirs), examined in chunks of growing size, each chunk every candidate
         scoring in a band (so equal scores are never split between chunks)."""
-        kept: list[int] = []
+        kept: list[tuple[int, float]] = []
         examined = 0
         above = np.inf
         chunk = 2 * count
@@ -273,7 +321,9 @@ class VectorCache:
             gone = [where[i] for i, s in zip(band, seqs, strict=True) if s not in present]
             if gone:
                 cached.alive[gone] = False
-            kept.extend(s for s in seqs if s in passing)
+            kept.extend(
+                (s, float(scores[i])) for i, s in zip(band, seqs, strict=True) if s in passing
+            )
         return kept[:count]
 
     def _evict(self) -> None:
