@@ -164,6 +164,7 @@ async def test_each_method_answers_a_well_formed_request(dispatcher: Dispatcher)
         "memory.history": {"runId": "r", "memoryRef": "n", "key": "k"},
         "memory.page": {"runId": "r", "memoryRef": "n"},
         "memory.count": {"runId": "r", "memoryRef": "n"},
+        "memory.search": {"runId": "r", "memoryRef": "n", "query": "c"},
         "memory.changes": {"tenant": "t"},
         "run.end": {"runId": "r"},
     }

@@ -231,6 +231,19 @@ class CountParams(_Params):
     tag: FilterTag | None = None
 
 
+class SearchParams(_Params):
+    """*(extension)* ``memory.search``: what ``memory.list`` with ``rank: "relevance"``
+    finds for ``query``, each hit with its score, less those below ``minScore``."""
+
+    runId: RunId
+    memoryRef: str
+    query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+    limit: int | None = Field(default=None, ge=0)
+    tag: FilterTag | None = None
+    tokenBudget: int | None = Field(default=None, ge=1)
+    minScore: float | None = Field(default=None, ge=0, le=1)
+
+
 class ChangesParams(_Params):
     """*(extension)* ``memory.changes``: the tenant's change feed from ``cursor`` on."""
 

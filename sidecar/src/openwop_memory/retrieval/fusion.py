@@ -70,6 +70,13 @@ def fuse(
     return ranked
 
 
+def over_best(scores: Sequence[float]) -> list[float]:
+    """Keyword scores as relevance in [0, 1] when no meaning takes part: each over the
+    best of the list (so the list's best scores 1), rounded as :func:`fuse` rounds."""
+    best = max(scores, default=0.0)
+    return [round(score / best, 9) if best > 0 else 0.0 for score in scores]
+
+
 LIGHT_WEIGHTS = Weights(meaning=0.4, floor=0.1, related=0.2)
 """WordLlama's (the light default): a static model's cosines are weak evidence."""
 

@@ -10,6 +10,7 @@ put may store in ``put_policy.py``, which keyring it redacts with in ``keyring_c
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -36,11 +37,13 @@ from openwop_memory_client.wire import (
     IssueRefParams,
     ListFilterOptions,
     ListParams,
+    MemoryListOptions,
     PageParams,
     PutParams,
     RunAddSecretsParams,
     RunBeginParams,
     RunEndParams,
+    SearchParams,
     SecretSpec,
 )
 
@@ -512,6 +515,32 @@ class MemoryService:
     async def list(self, params: ListParams) -> list[orjson.Fragment]:
         """The entries PROTOCOL.md's ``memory.list`` answers, each as its JSON: at most
         ``max_answer_bytes`` of them together (see :func:`within_bytes`)."""
+        rows = await self._listed(params)
+        return within_bytes(rows, self._config.max_answer_bytes)
+
+    async def search(self, params: SearchParams) -> dict[str, Any]:
+        """*(extension)* ``memory.search``: ``{hits}``, each ``{entry, score}``, what
+        ``memory.list`` with ``rank: "relevance"`` and the same options finds, less the
+        hits scoring below ``minScore``; as many as fit ``max_answer_bytes``."""
+        given = {"limit": params.limit, "tag": params.tag, "tokenBudget": params.tokenBudget}
+        options = MemoryListOptions.model_validate(
+            {"rank": "relevance", "query": params.query}
+            | {name: value for name, value in given.items() if value is not None}
+        )
+        listed = ListParams(runId=params.runId, memoryRef=params.memoryRef, options=options)
+        rows = await self._listed(listed)
+        if params.minScore is not None:
+            least = params.minScore
+            rows = [row for row in rows if (row.score or 0.0) >= least]
+        entries = within_bytes(rows, self._config.max_answer_bytes)
+        hits = [
+            {"entry": entry, "score": row.score or 0.0}
+            for entry, row in zip(entries, rows, strict=False)
+        ]
+        return {"hits": hits}
+
+    async def _listed(self, params: ListParams) -> builtins.list[EntryRow]:
+        """The rows ``memory.list`` answers, before the bound on the answer's bytes."""
         options = params.options
         relevance = options is not None and options.rank == "relevance"
         if relevance and (options is None or options.query is None):
@@ -525,14 +554,13 @@ class MemoryService:
         if scope is None:
             return []
         if options is None:  # the plain list, on its shortest path
-            rows = await self._storage.list(
+            return await self._storage.list(
                 scope=scope,
                 snapshot=run.snapshot,
                 now_us=self._storage.clock_us(),
                 limit=min(self._config.default_list_limit, self._config.max_list_limit),
                 tag=None,
             )
-            return within_bytes(rows, self._config.max_answer_bytes)
         limit = min(options.limit or self._config.default_list_limit, self._config.max_list_limit)
         budget = options.tokenBudget
         # An entry over the whole budget is skipped in the query, so the rows fetched are
@@ -570,7 +598,7 @@ class MemoryService:
             )
         if budget is not None:
             rows = within_budget(rows, budget)
-        return within_bytes(rows, self._config.max_answer_bytes)
+        return rows
 
     def get_now(self, params: GetParams) -> dict[str, Any] | NotNow | None:
         """What :meth:`get` answers, when that is ready without waiting (the run is open

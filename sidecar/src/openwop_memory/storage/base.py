@@ -66,6 +66,8 @@ class EntryRow(NamedTuple):
     created_us: int
     expires_us: int | None
     tokens: int
+    score: float | None = None
+    """Its relevance in [0, 1] when a search found it (:meth:`Storage.search`), else ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,6 +472,9 @@ class Storage(Protocol):
         ``limit`` of the entries scoring above 0. An entry that matches no term and is less
         similar than ``weights.related`` is left out, so a query with nothing relevant finds
         nothing. An entry stored without a vector takes part through its keywords only.
+
+        Each row found carries its ``score`` in [0, 1]: the fused score, or without
+        ``vector`` its keyword relevance over the best of the list's.
 
         Nothing outside the snapshot weighs in, so the same snapshot and query give the
         same order for as long as no entry expires.

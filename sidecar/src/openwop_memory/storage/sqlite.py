@@ -44,7 +44,7 @@ import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
-from ..retrieval.fusion import LIGHT_WEIGHTS, Weights
+from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, over_best
 from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
@@ -848,7 +848,9 @@ class SqliteStorage:
             )
 
         if vector is None:
-            return [row for _, _, row in await keyword(limit)]
+            found = await keyword(limit)
+            scores = over_best([score for _, score, _ in found])
+            return [row._replace(score=s) for (_, _, row), s in zip(found, scores, strict=True)]
         # Imported here: numpy comes with the search extra, which a vector implies.
         from .vector_cache import hybrid_search
 

@@ -208,7 +208,7 @@ async def hybrid_search(
         [(seq, score) for seq, score, _ in keyword_rows], list(near.items()), weights=weights
     )
     found.update((seq, row) for seq, _, row in keyword_rows)
-    return [found[seq] for seq, _ in fused[:limit]]
+    return [found[seq]._replace(score=score) for seq, score in fused[:limit]]
 
 
 def _grown(array: _A, capacity: int) -> _A:

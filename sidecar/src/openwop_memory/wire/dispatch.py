@@ -56,6 +56,7 @@ from openwop_memory_client.wire import (
     RunAddSecretsParams,
     RunBeginParams,
     RunEndParams,
+    SearchParams,
 )
 
 from ..service.memory import BOUND_TENANTS, CALLER_UID, MemoryService
@@ -123,6 +124,7 @@ _METHODS: dict[str, AnyMethod[MemoryService]] = {
     "memory.page": Method(PageParams, lambda s, p: s.page(p)),
     "memory.changes": Method(ChangesParams, lambda s, p: s.changes(p)),
     "memory.count": Method(CountParams, lambda s, p: s.count(p)),
+    "memory.search": Method(SearchParams, lambda s, p: s.search(p)),
     "memory.getKey": Method(GetKeyParams, lambda s, p: s.get_key(p)),
     "memory.history": Method(HistoryParams, lambda s, p: s.history(p)),
     "sidecar.health": Method(EmptyParams, lambda s, p: s.health()),
