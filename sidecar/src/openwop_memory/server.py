@@ -353,6 +353,7 @@ class Server:
                 if secrets_directory is not None:
                     tg.start_soon(secrets_directory.watch, self.settings.secrets_poll_interval)
                 tg.start_soon(self.app.sweeper.run)
+                tg.start_soon(self.app.service.indexer.run)
                 async with anyio.create_task_group() as conns:
                     conns.start_soon(
                         self._accept, listener, conns, self.dispatcher, self._slots, "workers"

@@ -69,3 +69,13 @@ class EmbeddingModel:
         else:
             row = (await anyio.to_thread.run_sync(encoder.embed, [text]))[0]
         return row.tobytes() if row.any() else None
+
+    async def vectors(self, texts: list[str]) -> list[bytes | None]:
+        """The vector of each of ``texts``, as :meth:`vector` gives it, computed on a
+        worker thread (a batch is milliseconds, or far more with a sentence encoder);
+        ``None`` each without the model."""
+        encoder = await self._loaded()
+        if encoder is None:
+            return [None] * len(texts)
+        rows = await anyio.to_thread.run_sync(encoder.embed, texts)
+        return [row.tobytes() if row.any() else None for row in rows]

@@ -53,6 +53,7 @@ from ..redaction import PatternPolicy
 from ..retrieval.fusion import weights_for
 from ..retrieval.text import query_terms
 from ..storage.base import (
+    PENDING_VECTOR,
     BeginOutcome,
     BeginResult,
     EntryRow,
@@ -69,6 +70,7 @@ from ..storage.base import (
 from ..timefmt import format_us, parse_rfc3339
 from ..token_count import APPROXIMATED_TOKENIZER, TOKEN_COUNTER
 from .embedding import EmbeddingModel
+from .indexer import VectorIndexer
 from .keyring_cache import HostSecrets, KeyringCache
 from .keyring_memory import KeyringBudget, KeyringCompiler
 from .metrics import render as render_metrics
@@ -249,6 +251,7 @@ class MemoryService:
     ) -> None:
         self.stats = Stats() if stats is None else stats
         self._embedding = EmbeddingModel() if embedding is None else embedding
+        self.indexer = VectorIndexer(storage, self._embedding)
         self._storage = storage
         self._refs = refs
         self._config = config
@@ -585,6 +588,7 @@ class MemoryService:
                 where=where,
                 vector=vector,
                 weights=weights_for(self._embedding.name),
+                embed=self._embedding.vectors,
             )
         else:
             rows = await self._storage.list(
@@ -664,12 +668,15 @@ class MemoryService:
             keyring = await self._keyrings.for_run(handle)
             uid = CALLER_UID.get()
             request = await policy.redacted_request(keyring, scope, params, expires_us, uid)
-        # From the redacted content only: no secret can reach the vector.
-        vector = await self._embedding.vector(request.content)
-        if vector is not None:
-            request = dataclasses.replace(request, vector=vector)
+        # The vector is computed after the put (the indexer), from the redacted content
+        # only: no secret can reach it.
+        if self._embedding.installed:
+            request = dataclasses.replace(request, vector=PENDING_VECTOR)
         storage = self._storage
         result = await storage.put(request=request, now_us=storage.clock_us())
+        if result.outcome is PutOutcome.STORED and request.vector is not None:
+            assert result.entry is not None
+            self.indexer.note(result.entry.id, result.entry.content)
         if result.outcome is PutOutcome.KEY_CONFLICT:
             raise ConflictError(
                 "the idempotency key was used for a different entry", {"field": "idempotencyKey"}

@@ -31,7 +31,7 @@ What a backend promises:
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
@@ -170,6 +170,18 @@ class PutRequest:
     # expects to be current (0: none), or None for no check.
     entry_key: str | None = None
     expected_revision: int | None = None
+
+
+Embed = Callable[[list[str]], Awaitable[list[bytes | None]]]
+"""The vectors of these texts (``None`` for a text without a word), as a put's would be."""
+
+PENDING_VECTOR = b"\x00"
+"""The ``vector`` a put stores when its vector is computed after it (the sidecar's indexer
+replaces it, :meth:`Storage.set_vectors`); a search computes a still pending one itself.
+No vector is one byte long. ``None`` means no vector at all (put without a model)."""
+
+NO_VECTOR = b""
+"""What replaces :data:`PENDING_VECTOR` for content without a word (no vector to compute)."""
 
 
 class PutOutcome(enum.Enum):
@@ -433,6 +445,15 @@ class Storage(Protocol):
         committed change (of every sidecar sharing the database) and no other; records go
         once older than the replay retention (the sweep)."""
 
+    async def set_vectors(self, vectors: Sequence[tuple[str, bytes]]) -> None:
+        """Store each ``(entry id, vector)``'s vector in place of the entry's
+        :data:`PENDING_VECTOR`; an entry gone, or whose vector is not pending, is left as it
+        is. Nothing else changes (no clock, no change record): a vector is derived from
+        the content, and a search computes a pending one identically.
+
+        :raises UpstreamUnavailableError: the database could not be written.
+        """
+
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;
         ``False`` (nothing written) if there was none."""
@@ -450,6 +471,7 @@ class Storage(Protocol):
         where: ListFilter | None = None,
         vector: bytes | None = None,
         weights: Weights = LIGHT_WEIGHTS,
+        embed: Embed | None = None,
     ) -> list[EntryRow]:
         """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag,
         token and ``where`` rules), most relevant first: without ``vector``, those matching at

@@ -45,10 +45,12 @@ from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
     KEY_CONFLICT,
+    PENDING_VECTOR,
     REFUSED,
     BeginOutcome,
     BeginResult,
     Change,
+    Embed,
     EntryRow,
     FoundEntry,
     FoundRun,
@@ -631,6 +633,16 @@ class PostgresqlStorage:
 
         return await self._write(op)
 
+    async def set_vectors(self, vectors: Sequence[tuple[str, bytes]]) -> None:
+        async def op(conn: Conn, effects: Effects) -> None:
+            await conn.executemany(
+                "UPDATE entries SET embedding = $2 WHERE id = $1 AND embedding = $3",
+                [(entry_id, vector, PENDING_VECTOR) for entry_id, vector in vectors],
+            )
+
+        if vectors:
+            await self._write(op)
+
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         async def op(conn: Conn, effects: Effects) -> bool:
             seq, deleted_us = await _take_clock(conn, scope.tenant, 1)
@@ -686,6 +698,7 @@ class PostgresqlStorage:
         where: ListFilter | None = None,
         vector: bytes | None = None,
         weights: Weights = LIGHT_WEIGHTS,
+        embed: Embed | None = None,
     ) -> list[EntryRow]:
         def keyword(count: int) -> Awaitable[list[tuple[int, float, EntryRow]]]:
             return self._keyword_search(
@@ -707,6 +720,7 @@ class PostgresqlStorage:
             now_us=now_us,
             vector=vector,
             weights=weights,
+            embed=embed,
             limit=limit,
             load_after=lambda after: self._vectors_after(scope, after),
             check=lambda seqs, found: self._check(
@@ -754,17 +768,22 @@ class PostgresqlStorage:
         return [(r[0], float(r[1]), _row(tuple(r)[2:])) for r in rows]
 
     async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
-        """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
-        return await self._read(
+        """The scope's rows with a vector (or a pending one) and a ``seq`` above ``after``,
+        in order: ``(seq, expires_us, vector, content if the vector is pending)``."""
+        rows = await self._read(
             lambda conn: conn.fetch(
-                "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
+                "SELECT e.seq, e.expires_us, e.embedding, CASE WHEN e.embedding = $4"
+                " THEN e.content END FROM entries e"
                 f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > $3"
                 " AND e.embedding IS NOT NULL ORDER BY e.seq",
                 scope.tenant,
                 scope.key,
                 after,
+                PENDING_VECTOR,
             )
         )
+        # Content is stored as bytes here; the vector cache takes text.
+        return [r if r[3] is None else (r[0], r[1], r[2], r[3].decode()) for r in rows]
 
     async def _check(
         self,

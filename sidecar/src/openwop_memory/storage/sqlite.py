@@ -49,10 +49,12 @@ from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
     KEY_CONFLICT,
+    PENDING_VECTOR,
     REFUSED,
     BeginOutcome,
     BeginResult,
     Change,
+    Embed,
     EntryRow,
     FoundEntry,
     FoundRun,
@@ -782,6 +784,16 @@ class SqliteStorage:
         digest, seq = bytes(rows[0][0]), rows[0][1]
         return digest, None if seq is None else _row(rows[0][2:])
 
+    async def set_vectors(self, vectors: Sequence[tuple[str, bytes]]) -> None:
+        def op(txn: Txn) -> None:
+            txn.conn.executemany(
+                "UPDATE entries SET embedding = ? WHERE id = ? AND embedding = ?",
+                [(vector, entry_id, PENDING_VECTOR) for entry_id, vector in vectors],
+            )
+
+        if vectors:
+            await self._writer.write(op)
+
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         def op(txn: Txn) -> bool:
             rows = txn.conn.execute(
@@ -841,6 +853,7 @@ class SqliteStorage:
         where: ListFilter | None = None,
         vector: bytes | None = None,
         weights: Weights = LIGHT_WEIGHTS,
+        embed: Embed | None = None,
     ) -> list[EntryRow]:
         def keyword(count: int) -> Awaitable[list[tuple[int, float, EntryRow]]]:
             return self._keyword_search(
@@ -862,6 +875,7 @@ class SqliteStorage:
             now_us=now_us,
             vector=vector,
             weights=weights,
+            embed=embed,
             limit=limit,
             load_after=lambda after: self._vectors_after(scope, after),
             check=lambda seqs, found: self._check(
@@ -890,14 +904,21 @@ class SqliteStorage:
         return [(r[0], float(r[1]), _row(r[2:])) for r in rows]
 
     async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
-        """The scope's rows with a vector and a ``seq`` above ``after``, in order."""
+        """The scope's rows with a vector (or a pending one) and a ``seq`` above ``after``,
+        in order: ``(seq, expires_us, vector, content if the vector is pending)``."""
         with translate_errors():
             return await _fetch(
                 self._reader(),
-                "SELECT e.seq, e.expires_us, e.embedding FROM entries e"
+                "SELECT e.seq, e.expires_us, e.embedding, CASE WHEN e.embedding = :pending"
+                " THEN e.content END FROM entries e"
                 f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > :after"
                 " AND e.embedding IS NOT NULL ORDER BY e.seq",
-                {"tenant": scope.tenant, "key": scope.key, "after": after},
+                {
+                    "tenant": scope.tenant,
+                    "key": scope.key,
+                    "after": after,
+                    "pending": PENDING_VECTOR,
+                },
             )
 
     async def _check(

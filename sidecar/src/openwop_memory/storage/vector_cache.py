@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from ..retrieval.encoders.wordllama import norms_of, similarities
 from ..retrieval.fusion import Weights, fuse
-from .base import EntryRow, Scope
+from .base import NO_VECTOR, PENDING_VECTOR, Embed, EntryRow, Scope
 
 NO_EXPIRY = np.iinfo(np.int64).max
 _ROW_OVERHEAD = 25  # an entry's number, expiry, length and liveness, in bytes
@@ -52,9 +52,10 @@ _FIRST_CAPACITY = 1024
 _INLINE_ROWS = 8192
 _A = TypeVar("_A", bound="np.ndarray[Any, Any]")
 
-NewRows = Sequence[Any]  # rows of (seq, expires_us, vector), tuples or driver records
+NewRows = Sequence[Any]  # rows of (seq, expires_us, vector, ...), tuples or driver records
 LoadAfter = Callable[[int], Awaitable[NewRows]]
-"""The scope's rows with a vector and a sequence number above the argument, in order."""
+"""The scope's rows with a vector (or a pending one, then with the content as a fourth
+member) and a sequence number above the argument, in order."""
 Check = Callable[[list[int]], Awaitable[tuple[set[int], set[int]]]]
 """Of these sequence numbers: those the search keeps (visible to its snapshot and kept by
 its conditions), and those the database still has at all."""
@@ -168,6 +169,7 @@ async def hybrid_search(
     limit: int,
     load_after: LoadAfter,
     check: Callable[[list[int], dict[int, EntryRow]], Awaitable[tuple[set[int], set[int]]]],
+    embed: Embed | None = None,
 ) -> list[EntryRow]:
     """What every backend's relevance search with a query vector returns: ``keyword`` and
     ``vectors``' nearest entries (cosine above ``weights.floor``), :func:`candidate_pool`
@@ -196,6 +198,7 @@ async def hybrid_search(
                 count=pool,
                 load_after=load_after,
                 check=lambda seqs: check(seqs, found),
+                embed=embed,
             )
         )
 
@@ -209,6 +212,19 @@ async def hybrid_search(
     )
     found.update((seq, row) for seq, _, row in keyword_rows)
     return [found[seq]._replace(score=score) for seq, score in fused[:limit]]
+
+
+async def _filled(rows: NewRows, embed: Embed | None) -> NewRows:
+    """``rows`` with each pending vector computed by ``embed``. Without ``embed`` pending
+    rows stay pending, which the cache leaves out (only storage-level callers omit it)."""
+    pending = [i for i, r in enumerate(rows) if r[2] == PENDING_VECTOR]
+    if not pending or embed is None:
+        return rows
+    vectors = await embed([rows[i][3] for i in pending])
+    filled = list(rows)
+    for i, vector in zip(pending, vectors, strict=True):
+        filled[i] = (rows[i][0], rows[i][1], NO_VECTOR if vector is None else vector)
+    return filled
 
 
 def _grown(array: _A, capacity: int) -> _A:
@@ -238,6 +254,7 @@ class VectorCache:
         count: int,
         load_after: LoadAfter,
         check: Check,
+        embed: Embed | None = None,
     ) -> list[tuple[int, float]]:
         """The sequence numbers of up to ``count`` entries of ``scope`` nearest to ``vector``
         among those ``check`` keeps and whose cosine with it is above ``floor``, with their
@@ -252,7 +269,9 @@ class VectorCache:
             self._evict()
         self._scopes.move_to_end(scope)
         async with cached.lock:
-            rows = await load_after(cached.loaded_seq)
+            # Entries put since the last search, their vectors computed where the indexer
+            # has not stored them yet: the ranking is the same whether it has or not.
+            rows = await _filled(await load_after(cached.loaded_seq), embed)
             if len(rows) > _INLINE_ROWS:  # a first search of a big scope: 100k rows ~0.5 s
                 await anyio.to_thread.run_sync(cached.append, rows)
                 self._evict()
