@@ -101,27 +101,27 @@ PET_SAYS = [
 JOBS = [
     ("nurse", ["Another double shift on the ward, my feet are killing me.",
                "Three patients discharged and one very grumpy surgeon, standard Tuesday."],
-     "looking at a nasty cut"),
+     "a nasty cut"),
     ("primary school teacher", ["Spent the whole evening marking thirty spelling tests.",
                                 "My class made volcanoes today, the classroom is a disaster."],
-     "helping a seven-year-old learn to read"),
+     "a child who struggles to read"),
     ("software developer", ["Spent all day chasing one bug in our checkout code.",
                             "Our release slipped again because the build server died."],
-     "fixing a broken website"),
+     "a broken website"),
     ("accountant", ["Quarter end at the firm, I basically live inside spreadsheets now.",
-                    "Reconciled ledgers until 9pm, please send snacks."], "filing a tax return"),
+                    "Reconciled ledgers until 9pm, please send snacks."], "a tax return"),
     ("chef", ["Dinner rush was insane tonight, we did two hundred covers.",
               "Burned my wrist on the grill again, occupational hazard."],
-     "planning a dinner menu"),
+     "a dinner party menu"),
     ("architect", ["The client rejected our floor plans for the third time.",
                    "Spent the day on site checking the foundations of the new library."],
-     "designing a house extension"),
+     "a house extension"),
     ("electrician", ["Rewired an entire kitchen today, crawled under floors for hours.",
                      "Found a fuse box from 1962 at a customer's house, terrifying."],
-     "putting in new light fittings"),
+     "lights that keep flickering"),
     ("journalist", ["My editor wants the story filed by midnight, so that's my evening gone.",
                     "Interviewed the mayor this morning, she dodged every question."],
-     "writing a press release"),
+     "a press release"),
 ]
 JOB_CHANGE = [
     "Big news: I handed in my notice! Starting next month as {new}.",
@@ -154,9 +154,9 @@ TRIPS = [("Lisbon", "Portugal", "the trams and the custard tarts"),
          ("Prague", "the Czech Republic", "the old bridge at sunrise"),
          ("Vancouver", "Canada", "cycling the seawall")]
 TRIP_CITY = ["Just got back from {city}! Honestly, {best} was unreal.",
-             "Greetings from {city} :) {best} alone was worth the flight."]
+             "Greetings from {city} :) {Best} alone was worth the flight."]
 TRIP_COUNTRY = [
-    "Sorry for the radio silence, I was in {country} all week. {best}, need I say more?",
+    "Sorry for the radio silence, I was in {country} all week. {Best}, need I say more?",
                 "Home from {country} and already missing {best}."]
 OUTDOOR = [
     ("hiking", ["Spent Sunday scrambling up a ridge with the walking group, my legs are jelly.",
@@ -267,6 +267,7 @@ class _Facts:
 def _person(rng: random.Random, s: str, sessions: int, avoid: dict[str, object]) -> _Facts:
     """One speaker's facts, their sessions and the questions about them (``avoid`` holds
     the other speaker's picks, so that the two do not share a city or a trip)."""
+    # fmt: off
     f = _Facts()
     say, ask = f.says, f.ask
     n = sessions
@@ -292,53 +293,37 @@ def _person(rng: random.Random, s: str, sessions: int, avoid: dict[str, object])
     for i, ((city, country, best), at) in enumerate(zip(trips, rng.sample(spare, 3), strict=True)):
         by_city = rng.random() < 0.5
         text = rng.choice(TRIP_CITY if by_city else TRIP_COUNTRY)
-        say[f"trip{i}"] = (at, text.format(city=city, country=country, best=best.capitalize()))
-        place = country if by_city else city  # asked by the name the turn does not say
-        ask.append(
-            ("temporal", f"When did {s} go to {place}?", _date_key(f"trip{i}"), (f"trip{i}",))
-        )
-        ask.append(
-            ("single-hop", f"What did {s} enjoy most about visiting {place}?", best, (f"trip{i}",))
-        )
+        best_ = best[0].upper() + best[1:]
+        say[f"trip{i}"] = (at, text.format(city=city, country=country, best=best, Best=best_))
+        place = country if by_city else city  # the name the turn does not say
+        named = place if rng.random() < 0.5 else city if by_city else country
+        ask.append(("temporal", f"When did {s} go to {named}?", _date_key(f"trip{i}"),
+                    (f"trip{i}",)))
+        ask.append(("single-hop", f"What did {s} enjoy most about visiting {place}?", best,
+                    (f"trip{i}",)))
     outdoors = rng.random() < 0.5
     hobbies = rng.sample(OUTDOOR if outdoors else INDOOR, 2)
     for h, (name, texts) in enumerate(hobbies):
         for i, text in enumerate(texts):
             say[f"hobby{h}{i}"] = (rng.randrange(n), text)
         where = "outdoors" if outdoors else "at home"
-        keys = (f"hobby{h}0", f"hobby{h}1")
-        ask.append(
-            (
-                "single-hop",
-                f"Which pastime {where} does {s} do, besides {hobbies[1 - h][0]}?",
-                name,
-                keys,
-            )
-        )
+        other = hobbies[1 - h][0]
+        ask.append(("single-hop", f"Which pastime {where} does {s} do, besides {other}?", name,
+                    (f"hobby{h}0", f"hobby{h}1")))
     all_hobbies = tuple(f"hobby{h}{i}" for h in range(2) for i in range(2))
     if outdoors:
-        q = rng.choice(
-            [
-                f"Would {s} likely enjoy a weekend hiking trip?",
-                f"Would {s} be up for a camping weekend in the hills?",
-            ]
-        )
+        q = rng.choice([f"Would {s} likely enjoy a weekend hiking trip?",
+                        f"Would {s} be up for a camping weekend in the hills?"])
         ask.append(("open-domain", q, "yes, an outdoors person", all_hobbies))
     else:
-        q = rng.choice(
-            [
-                f"Would {s} rather spend a free day indoors than on a mountain?",
-                f"Is {s} more of a homebody than an adventurer?",
-            ]
-        )
+        q = rng.choice([f"Would {s} rather spend a free day indoors than on a mountain?",
+                        f"Is {s} more of a homebody than an adventurer?"])
         ask.append(("open-domain", q, "yes, hobbies at home", all_hobbies))
     sib, sib_names = rng.choice(SIBS)
     kid, kin, kid_names = rng.choice(KIDS)
     baby = rng.choice(kid_names)
-    say["baby"] = (
-        rng.choice(spare),
-        f"My {sib} {rng.choice(sib_names)} had the baby! A little {kid} called {baby}, 3.4 kg.",
-    )
+    say["baby"] = (rng.choice(spare), f"My {sib} {rng.choice(sib_names)} had the baby! "
+                   f"A little {kid} called {baby}, 3.4 kg.")
     age = rng.choice([60, 65, 70, 75])
     say["dad"] = (rng.randrange(n), f"Dad turned {age} yesterday, we took him out for steak.")
     thing, buy_q, buy_text = rng.choice(BUYS)
@@ -348,79 +333,43 @@ def _person(rng: random.Random, s: str, sessions: int, avoid: dict[str, object])
     plan, plan_q, plan_text = rng.choice(PLANS)
     say["plan"] = (rng.randrange(n), plan_text)
 
-    ask += [
-        ("single-hop", f"What kind of pet does {s} have?", f"a {breed} {species}", ("pet",)),
-        (
-            "single-hop",
-            rng.choice(
-                [f"What is the name of {s}'s {species}?", f"What did {s} call the new {young}?"]
-            ),
-            pet,
-            ("pet",),
-        ),
-        (
-            "single-hop",
-            f"What did {s} do for a living before switching careers?",
-            old[0],
-            ("oldjob0", "oldjob1"),
-        ),
-        ("single-hop", f"What is {s}'s current occupation?", new[0], ("change", "newjob")),
-        ("single-hop", f"Which city did {s} live in before relocating?", here, ("oldcity",)),
-        ("single-hop", f"Where does {s} live now?", there, ("move", "newcity")),
-        ("single-hop", f"What is the name of {s}'s {kin}?", baby, ("baby",)),
-        ("single-hop", f"How old is {s}'s father?", str(age), ("dad",)),
-        ("single-hop", buy_q.format(s=s), thing, ("buy",)),
-        (
-            "single-hop",
-            rng.choice(
-                [f"What health problem did {s} have?", f"Why was {s} out of action for a while?"]
-            ),
-            ill,
-            ("ill",),
-        ),
-        ("single-hop", plan_q.format(s=s), plan, ("plan",)),
-        ("temporal", f"When did {s} adopt an animal?", _date_key("pet"), ("pet",)),
-        ("temporal", f"When did {s} change jobs?", _date_key("change"), ("change",)),
-        ("temporal", f"When did {s} move house?", _date_key("move"), ("move",)),
-        ("temporal", f"When was {s}'s {kin} born?", _date_key("baby"), ("baby",)),
-        ("temporal", f"When did {s} get hurt or fall ill?", _date_key("ill"), ("ill",)),
-        (
-            "multi-hop",
-            f"Which city did {s} move to after changing jobs?",
-            there,
-            ("change", "move"),
-        ),
-        (
-            "multi-hop",
-            f"What was {s}'s job while living in {here}?",
-            old[0],
-            ("oldcity", "oldjob0", "oldjob1"),
-        ),
-        (
-            "multi-hop",
-            f"Did {s} get {pet} before or after leaving {here}?",
-            "before" if say["pet"][0] < move else "after",
-            ("pet", "move"),
-        ),
-        (
-            "open-domain",
-            f"Could {s} help a friend with {new[2]} these days?",
-            "yes",
-            ("change", "newjob"),
-        ),
-        ("open-domain", f"Would {s} need a pet sitter when going away?", "yes", ("pet",)),
-        ("open-domain", f"Is {s} an aunt or uncle?", "yes", ("baby",)),
-    ]
+    pet_q = rng.choice([f"What is the name of {s}'s {species}?",
+                        f"What did {s} call the new {young}?"])
+    ill_q = rng.choice([f"What health problem did {s} have?",
+                        f"Why was {s} out of action for a while?"])
     a, b = rng.sample(range(3), 2)
     first = a if say[f"trip{a}"][0] < say[f"trip{b}"][0] else b
-    ask.append(
-        (
-            "multi-hop",
-            f"Which trip came first for {s}: {trips[a][0]} or {trips[b][0]}?",
-            trips[first][0],
-            (f"trip{a}", f"trip{b}"),
-        )
-    )
+    one, two, when, guess = "single-hop", "multi-hop", "temporal", "open-domain"
+    ask += [
+        (one, f"What kind of pet does {s} have?", f"a {breed} {species}", ("pet",)),
+        (one, pet_q, pet, ("pet",)),
+        (one, f"What did {s} do for a living before switching careers?", old[0],
+         ("oldjob0", "oldjob1")),
+        (one, f"What is {s}'s current occupation?", new[0], ("change", "newjob")),
+        (one, f"Which city did {s} live in before relocating?", here, ("oldcity",)),
+        (one, f"Where does {s} live now?", there, ("move", "newcity")),
+        (one, f"What is the name of {s}'s {kin}?", baby, ("baby",)),
+        (one, f"How old is {s}'s father?", str(age), ("dad",)),
+        (one, buy_q.format(s=s), thing, ("buy",)),
+        (one, ill_q, ill, ("ill",)),
+        (one, plan_q.format(s=s), plan, ("plan",)),
+        (when, f"When did {s} adopt an animal?", _date_key("pet"), ("pet",)),
+        (when, f"When did {s} change jobs?", _date_key("change"), ("change",)),
+        (when, f"When did {s} move house?", _date_key("move"), ("move",)),
+        (when, f"When was {s}'s {kin} born?", _date_key("baby"), ("baby",)),
+        (when, f"When did {s} get hurt or fall ill?", _date_key("ill"), ("ill",)),
+        (two, f"Which city did {s} move to after changing jobs?", there, ("change", "move")),
+        (two, f"What was {s}'s job while living in {here}?", old[0],
+         ("oldcity", "oldjob0", "oldjob1")),
+        (two, f"Did {s} get {pet} before or after leaving {here}?",
+         "before" if say["pet"][0] < move else "after", ("pet", "move")),
+        (two, f"Which trip came first for {s}: {trips[a][0]} or {trips[b][0]}?", trips[first][0],
+         (f"trip{a}", f"trip{b}")),
+        (guess, f"Would {s} know what to do about {new[2]} now?", "yes", ("change", "newjob")),
+        (guess, f"Would {s} need a pet sitter when going away?", "yes", ("pet",)),
+        (guess, f"Is {s} an aunt or uncle?", "yes", ("baby",)),
+    ]
+    # fmt: on
     return f
 
 
