@@ -1,6 +1,6 @@
 """Recall on long conversations: does a relevance list find the turns that answer a question?
 
-The conversations of :mod:`bench.conversation_data` (11 chats, about 4,800 turns, 700
+The conversations of :mod:`bench.conversation_data` (11 chats, about 5,100 turns, 704
 questions labelled with their evidence turns) are loaded into a real ``openwop-memory
 serve`` on a fresh SQLite file, one scope (issued memoryRef) per conversation, one entry per
 turn whose content is ``"<session date> <speaker>: <text>"``. Every question is then asked
