@@ -52,7 +52,7 @@ from openwop_memory.retrieval.text import STOP_WORDS, query_terms
 
 from bench.conversation_data import KINDS, Conversation, Question, generate
 from bench.lean_client import LeanClient
-from bench.measure import percentile
+from bench.measure import BenchFailure, percentile
 from bench.proc import threads_cpu
 from bench.report import Metric, SuiteResult, Table
 from bench.sidecar_bench import SidecarBenchConfig, SidecarUnderTest
@@ -129,12 +129,18 @@ def _cpu(pid: int) -> float:
 
 
 async def sidecar_mode(
-    config: ConversationBenchConfig, data: list[Conversation], workdir: Path, args: Sequence[str]
+    config: ConversationBenchConfig,
+    data: list[Conversation],
+    workdir: Path,
+    args: Sequence[str],
+    model: str | None,
 ) -> Scores:
-    """Load ``data`` into a fresh sidecar started with ``args`` and ask every question.
+    """Load ``data`` into a fresh sidecar started with ``args`` and ask every question;
+    ``model`` is the embedding model it must rank with (None: keywords alone).
 
     :raises bench.proc.ServerFailed: the sidecar did not start or exited.
     :raises bench.lean_client.RpcError: a put or a list was refused.
+    :raises bench.measure.BenchFailure: the sidecar does not rank as the row says.
     """
     sidecar_config = SidecarBenchConfig(
         workdir=_made(workdir),
@@ -147,6 +153,11 @@ async def sidecar_mode(
         turn_of: dict[str, str] = {}
         refs: dict[str, str] = {}
         async with await LeanClient.connect(sidecar.socket_path, pipelined=True) as client:
+            answer = await client.call("host.capabilities")
+            relevance = answer["capabilities"]["memory"]["vendor.openwop-memory.relevance"]
+            ranks_with = relevance.get("embeddingModel") if relevance.get("semantic") else None
+            if ranks_with != model:
+                raise BenchFailure(f"the sidecar ranks with {ranks_with}, not {model}")
             await client.call("run.begin", {"runId": WRITER_RUN, "tenant": TENANT})
             for conv in data:
                 issued = {"tenant": TENANT, "agent": "bench", "namespace": conv.id}
@@ -269,13 +280,16 @@ async def run(config: ConversationBenchConfig, workdir: Path) -> SuiteResult:
     asked = sum(len(questions_of(c, config.per_kind)) for c in data)
     table = Table(TITLE, COLUMNS)
     models = installed_models()
-    modes: list[tuple[str, tuple[str, ...]]] = [("keyword", ("--semantic-search", "false"))]
+    modes: list[tuple[str, tuple[str, ...], str | None]] = [
+        ("keyword", ("--semantic-search", "false"), None)
+    ]
     for model in models:
         name = "hybrid" if model == DEFAULT_MODEL else f"hybrid-{model}"
-        modes.append((name, () if model == DEFAULT_MODEL else ("--embedding-model", model)))
+        flags: tuple[str, ...] = () if model == DEFAULT_MODEL else ("--embedding-model", model)
+        modes.append((name, flags, model))
     rows: list[tuple[str, Scores]] = []
-    for name, args in modes:
-        rows.append((name, await sidecar_mode(config, data, workdir / name, args)))
+    for name, flags, ranks_with in modes:
+        rows.append((name, await sidecar_mode(config, data, workdir / name, flags, ranks_with)))
     rows.append(("fts5-bm25", _in_process(config, data, fts5_index)))
     for model in models:
         name = "meaning-only" if model == DEFAULT_MODEL else f"meaning-only-{model}"
