@@ -31,6 +31,8 @@ import orjson
 
 from bench.attack_bench import AttackBenchConfig
 from bench.attack_bench import run as run_attack
+from bench.conversations import ConversationBenchConfig
+from bench.conversations import run as run_conversations
 from bench.deployment_bench import run as run_deployment
 from bench.lean_client import ProtocolFailure, RpcError
 from bench.measure import BenchFailure
@@ -168,6 +170,17 @@ async def mcp_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_mcp(options.sidecar_exe, workdir, 200 if options.quick else 2000)
 
 
+async def conversations_suite(options: Options, workdir: Path) -> SuiteResult:
+    """Evidence recall on long multi-session chats through a real sidecar, per mode (keyword,
+    hybrid, and the in-process FTS5 and meaning-only baselines) and kind of question."""
+    exe, args = options.sidecar_exe, options.sidecar_args
+    if options.quick:
+        config = ConversationBenchConfig.quick(exe, args)
+    else:
+        config = ConversationBenchConfig(sidecar_exe=exe, sidecar_args=args)
+    return await run_conversations(config, workdir)
+
+
 Suite = Callable[[Options, Path], Awaitable[SuiteResult]]
 SUITES: list[tuple[str, Suite]] = [
     ("sidecar", sidecar_suite),
@@ -178,6 +191,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("attack", attack_suite),
     ("deployment", deployment_suite),
     ("mcp", mcp_suite),
+    ("conversations", conversations_suite),
 ]
 
 

@@ -106,6 +106,15 @@ MCP = [  # bench/mcp_bench.py: one column, like the relevance rows
     "mcp: sidecar CPU per raw get",
     "mcp: sidecar CPU per tool call",
 ]
+CONVERSATIONS = [  # bench/conversations.py: recall per mode, rows of a table of its own too
+    "conversations: turns loaded",
+    "conversations: questions asked",
+    "conversations: recall@10, keyword",
+    "conversations: recall@10, hybrid",
+    "conversations: recall@10, fts5-bm25",
+    "conversations: recall@10, meaning-only",
+]
+CONVERSATIONS_TITLE = "conversations: evidence recall of relevance lists (limit 10) on long chats"
 RELEVANCE = [
     "embedding model load (first put or relevance list)",
     "RSS added by the embedding model (numpy, tokenizer, weights)",
@@ -213,6 +222,7 @@ def test_quick_bench_prints_every_metric() -> None:
     expected += [(name, None) for name in RELEVANCE]
     expected += [(name, None) for name in DEPLOYMENT]
     expected += [(name, None) for name in MCP]
+    expected += [(name, None) for name in CONVERSATIONS]
     for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
         assert (name, column) in results, f"no JSON result {name!r} for {column}"
@@ -241,6 +251,24 @@ def test_only_runs_the_suites_named() -> None:
     assert all(name.startswith("metrics: ") for name in names), names
     assert "tables" not in output
     assert ATTACK_TITLE not in proc.stdout
+
+
+def test_the_conversations_suite_scores_every_mode_and_kind() -> None:
+    """``--only conversations --quick``: 2 chats through real sidecars, a row per mode, each
+    recall a share, and every kind of question asked."""
+    proc = run_bench("--quick", "--json", "--only", "conversations")
+    output = json.loads(proc.stdout.splitlines()[-1])
+    rows = {row["mode"]: row for row in output["tables"][CONVERSATIONS_TITLE]}
+    assert {"keyword", "hybrid", "fts5-bm25", "meaning-only"} <= set(rows), rows
+    for row in rows.values():
+        recalls = [value for key, value in row.items() if key.startswith("recall")]
+        assert len(recalls) == 6, row
+        assert all(0 <= value <= 1 for value in recalls), row
+        assert row["listP50Ms"] > 0, row
+    for mode in ("keyword", "hybrid"):
+        assert rows[mode]["putCpuUs"] > 0, rows[mode]
+    names = {m["metric"]: m["value"] for m in output["metrics"]}
+    assert names["conversations: questions asked"] == 24  # 3 of each kind in each of 2 chats
 
 
 def test_a_table_of_its_own_prints_numbers_as_metrics_do_and_nan_as_null(
