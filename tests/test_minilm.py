@@ -43,6 +43,12 @@ def encoder() -> Encoder:
     return load_encoder(STRONG_MODEL)
 
 
+def model() -> minilm.MiniLMEncoder:
+    loaded = encoder()
+    assert isinstance(loaded, minilm.MiniLMEncoder)
+    return loaded
+
+
 def cosine(a: npt.NDArray[np.int8], b: npt.NDArray[np.int8]) -> float:
     x, y = a.astype(np.float64), b.astype(np.float64)
     return float(x @ y / np.sqrt((x @ x) * (y @ y)))
@@ -149,6 +155,25 @@ def test_paraphrases_score_well_above_unrelated_pairs() -> None:
     for anchor, near, far in pairs:
         a, b, c = encoder().embed([anchor, near, far])
         assert cosine(a, b) > cosine(a, c) + 0.2, (anchor, cosine(a, b), cosine(a, c))
+
+
+REFERENCE = Path(__file__).resolve().parent / "data" / "minilm_reference.json"
+
+
+@pytest.mark.backend_independent
+def test_the_vectors_are_sentence_transformers_own() -> None:
+    """Against unit vectors sentence-transformers computed with PyTorch (its ``encode``,
+    ``normalize_embeddings=True``, one text a batch, over the same package's files; the file
+    says which versions): short and long texts, non-ASCII, and one past 256 tokens."""
+    import json
+
+    reference = json.loads(REFERENCE.read_text())["texts"]
+    assert any(len(model()._tokenizer.encode(r["text"]).ids) == 256 for r in reference)
+    for entry in reference:
+        want = np.array(entry["unit"], dtype=np.float32)
+        got = model().unit(entry["text"])
+        assert got is not None
+        assert float(np.abs(got - want).max()) < 1e-6, entry["text"][:40]
 
 
 @pytest.mark.backend_independent

@@ -4,7 +4,7 @@ and a text's vector computed on the event loop or, for text longer than the enco
 
 The model is the one ``embedding_model`` names (:func:`~retrieval.encoders.load_encoder`).
 Loading reads its files and takes a fraction of a second of CPU (the light model; about
-0.7 s for all-MiniLM-L6-v2), so it waits for the first put or relevance search rather than
+0.6 s for all-MiniLM-L6-v2), so it waits for the first put or relevance search rather than
 delaying every start (most starts in the tests never need it); that first request waits
 for it, on a worker thread.
 """
