@@ -1,8 +1,9 @@
 """Embedding models by name: :func:`load_encoder` gives an :class:`Encoder`.
 
 An encoder turns texts into unit vectors scaled to int8 (one row a text), deterministic:
-the same text gives the same bytes on any machine, so a vector stored by one sidecar is
-the one another would compute.
+the same text gives the same bytes, whatever batch it is in, so a vector stored by one
+sidecar is the one another would compute (on another CPU, a transformer's float32 forward
+pass may put a rare component one int8 step away: ``minilm.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2 (the ``search-strong`` extra): a sentence transformer computed with
 numpy alone, stronger than the light default at telling related from unrelated text and
-about a hundred times its cost per text.
+about a thousand times its CPU per text.
 
 **The model** is sentence-transformers' all-MiniLM-L6-v2: a BERT encoder (6 layers, hidden
 size 384, 12 heads, intermediate size 1536, exact GELU, LayerNorm eps 1e-12) whose token
@@ -193,14 +193,14 @@ def _float32(array: Any) -> npt.NDArray[np.float32]:
 
 class MiniLMEncoder:
     """The loaded model as an :class:`~openwop_memory.retrieval.encoders.Encoder`.
-    Thread-safe: the weights are only read, and the tokenizer's encode is reentrant."""
+    Thread-safe: the weights are only read, and the tokenizer's settings are fixed at load
+    (its ``encode`` only reads them)."""
 
     name = MODEL
     dimensions = DIMENSIONS
     inline_chars = INLINE_CHARS
 
     def __init__(self, tokenizer: Any, weights: dict[str, npt.NDArray[np.float32]]) -> None:
-
         def get(key: str) -> npt.NDArray[np.float32]:
             return _float32(weights[key])
 
@@ -247,7 +247,7 @@ class MiniLMEncoder:
 
 def _read(archive: zipfile.ZipFile, name: str) -> bytes:
     """A member's bytes, decompressed in pieces: ``ZipFile.read`` holds the whole compressed
-    member (79 MiB) beside the decompressed one, which put loading's peak 70 MiB higher."""
+    member (79 MiB) beside the decompressed one, which raised loading's peak RSS by 70 MiB."""
     chunks: list[bytes] = []
     with archive.open(name) as member:
         while chunk := member.read(1 << 22):
