@@ -129,6 +129,18 @@ def test_rows_are_int8_unit_vectors_independent_of_the_batch() -> None:
 
 
 @pytest.mark.backend_independent
+def test_threads_embedding_at_once_get_the_same_bytes() -> None:
+    """Puts embed on worker threads, several at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"note {i}: the staging deploy failed again" for i in range(8)]
+    want = encoder().embed(texts)
+    with ThreadPoolExecutor(4) as pool:
+        rows = list(pool.map(lambda t: encoder().embed([t])[0], texts * 2))
+    assert np.array_equal(np.stack(rows), np.concatenate([want, want]))
+
+
+@pytest.mark.backend_independent
 def test_a_long_text_is_read_up_to_the_models_limit() -> None:
     """Past 256 tokens a text is truncated, as sentence-transformers does: what follows
     does not change its vector."""
