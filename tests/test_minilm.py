@@ -249,11 +249,6 @@ async def test_the_service_embeds_past_the_encoders_inline_chars_on_a_worker_thr
         assert (recording.threads == [threading.current_thread()]) is on_loop, (inline, text)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="storage/vector_cache.py ranks 64-byte vectors only until its any-length change "
-    "(another branch) lands; remove this mark then",
-)
 def test_a_sidecar_set_to_it_finds_a_paraphrase_by_meaning(workdir: Path) -> None:
     tenant, ref = uid("t"), uid("ref")
     with (
