@@ -3,6 +3,8 @@ the recall work meet at, checked in-process."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from openwop_memory.retrieval.encoders import (
@@ -10,7 +12,7 @@ from openwop_memory.retrieval.encoders import (
     EncoderUnavailableError,
     load_encoder,
 )
-from openwop_memory.retrieval.fusion import Weights, fuse
+from openwop_memory.retrieval.fusion import Weights, coverage, fuse, keyword_ceiling
 from openwop_memory.retrieval.text import index_terms, query_terms
 
 pytestmark = pytest.mark.backend_independent
@@ -34,7 +36,7 @@ WEIGHTS = Weights(meaning=0.3, floor=0.2, related=0.5)
 
 
 def test_fusion_scores_are_in_0_1_best_first_and_leave_out_the_unrelated() -> None:
-    keyword = [(4, 4.0), (2, 2.0), (3, 1.0)]
+    keyword = [(4, 1.0), (2, 0.5), (3, 0.25)]  # coverages
     meaning = [(7, 0.9), (2, 0.8), (5, 0.45), (6, 0.21)]
     fused = fuse(keyword, meaning, weights=WEIGHTS)
     scores = dict(fused)
@@ -43,13 +45,23 @@ def test_fusion_scores_are_in_0_1_best_first_and_leave_out_the_unrelated() -> No
     # 5 and 6 match no term and are less similar than ``related``: not hits.
     assert set(scores) == {2, 3, 4, 7}
     # The best keyword hit keeps its keyword share; 2 gains meaning on top of its keywords.
-    assert scores[4] == pytest.approx(0.7) and scores[2] > 0.7 * 2.0 / 4.0
+    assert scores[4] == pytest.approx(0.7) and scores[2] > 0.7 * 0.5
     assert scores[7] == pytest.approx(0.3)  # meaning alone, the best rise above the floor
 
 
 def test_fusion_of_keywords_alone_keeps_the_keyword_order() -> None:
-    keyword = [(1, 3.0), (9, 2.0), (5, 2.0), (2, 0.5)]
+    keyword = [(1, 0.9), (9, 0.6), (5, 0.6), (2, 0.1)]
     assert [seq for seq, _ in fuse(keyword, [], weights=WEIGHTS)] == [1, 9, 5, 2]
+
+
+def test_coverage_is_the_share_of_the_query_terms_weight() -> None:
+    # 10 entries match: "rare" 1 of them, "common" 9; a third term no entry holds.
+    ceiling = keyword_ceiling(10, [9, 1], 3)
+    assert ceiling == keyword_ceiling(10, [1, 9], 3)  # the database's order does not matter
+    rare = math.log(1 + 9.5 / 1.5)
+    assert coverage(rare, ceiling) == round(rare / ceiling, 9)
+    assert 0 < coverage(rare, ceiling) < coverage(rare, keyword_ceiling(10, [9, 1], 2)) < 1
+    assert coverage(ceiling, ceiling) == 1.0 and coverage(1.0, 0.0) == 0.0
 
 
 def test_fusion_with_nothing_relevant_finds_nothing() -> None:

@@ -3,12 +3,16 @@
 Reciprocal rank fusion with equal weights, what search used before, fell below the keyword
 list alone on real multi-session conversations: a weak list by meaning pulls a good keyword
 list down, because a rank says nothing of how near the entry is. So each side is weighed by
-its own score instead, normalised by the best of its list, keywords heavier:
+its own score instead:
 
-    score = (1 - w) * keyword / best_keyword + w * closeness
+    score = (1 - w) * coverage + w * closeness
 
-where ``closeness`` is how far an entry's cosine rises above the model's floor (below which
-cosines are what unrelated texts score), relative to the best candidate's rise. The floor is
+where ``coverage`` is the share of the query's keyword weight the entry holds (its BM25
+term weights over those of an entry holding every query term, :func:`keyword_ceiling`: an
+absolute measure, so a list whose best hit holds one minor word of the query does not
+count as a good list), and ``closeness`` is how far an entry's cosine rises above the
+model's floor (below which cosines are what unrelated texts score), relative to the best
+candidate's rise. The floor is
 fixed, not taken from the scope's spread of cosines: a spread would count entries outside
 the snapshot, and a replay's order would move when a sweep removed them. A keyword hit
 outside the nearest candidates is weighed by its own cosine too. An entry no query term
@@ -23,6 +27,7 @@ earns a small ``w``, a sentence encoder a larger one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,22 +49,21 @@ def fuse(
     *,
     weights: Weights,
 ) -> list[tuple[int, float]]:
-    """The union of ``keyword`` (``(seq, keyword score)``, scores > 0) and ``meaning``
+    """The union of ``keyword`` (``(seq, coverage)``, in (0, 1]) and ``meaning``
     (``(seq, cosine)``), each entry with its fused score, best first, ties by the larger
     ``seq`` (the newer) first; entries scoring 0 are left out.
 
     Deterministic: the same lists give the same scores and order (sums of two terms, each
     computed the same way every time).
     """
-    best_keyword = max((score for _, score in keyword), default=0.0)
     usual = weights.floor
     rises = {seq: cosine - usual for seq, cosine in meaning if cosine > usual}
     best_rise = max(rises.values(), default=0.0)
     cosines = dict(meaning)
     scores: dict[int, float] = {}
     for seq, score in keyword:
-        if score > 0 and best_keyword > 0:
-            scores[seq] = (1 - weights.meaning) * score / best_keyword
+        if score > 0:
+            scores[seq] = (1 - weights.meaning) * score
     for seq, rise in rises.items():
         if seq not in scores and cosines[seq] < weights.related:
             continue
@@ -70,11 +74,23 @@ def fuse(
     return ranked
 
 
-def over_best(scores: Sequence[float]) -> list[float]:
-    """Keyword scores as relevance in [0, 1] when no meaning takes part: each over the
-    best of the list (so the list's best scores 1), rounded as :func:`fuse` rounds."""
-    best = max(scores, default=0.0)
-    return [round(score / best, 9) if best > 0 else 0.0 for score in scores]
+def keyword_ceiling(total: int, counts: Sequence[int], terms: int) -> float:
+    """The keyword score of an entry holding every one of ``terms`` query terms, where
+    ``total`` entries match any and ``counts`` are how many match each term that matches
+    at all (in any order): the sum of every term's inverse document frequency, a term no
+    entry holds counting as one held by none."""
+
+    def idf(n: int) -> float:
+        return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+    held = sorted(counts)  # one order of summation, whatever order the database gave
+    return math.fsum([idf(n) for n in held] + [idf(0)] * (terms - len(held)))
+
+
+def coverage(score: float, ceiling: float) -> float:
+    """A keyword score as relevance in [0, 1]: the share of the query's term weight
+    (:func:`keyword_ceiling`) the entry holds, rounded as :func:`fuse` rounds."""
+    return round(min(score / ceiling, 1.0), 9) if ceiling > 0 else 0.0
 
 
 LIGHT_WEIGHTS = Weights(meaning=0.4, floor=0.1, related=0.2)
@@ -82,7 +98,7 @@ LIGHT_WEIGHTS = Weights(meaning=0.4, floor=0.1, related=0.2)
 
 _WEIGHTS = {
     "wordllama-l2_supercat-64": LIGHT_WEIGHTS,
-    "all-minilm-l6-v2": Weights(meaning=0.4, floor=0.15, related=0.35),
+    "all-minilm-l6-v2": Weights(meaning=0.6, floor=0.1, related=0.2),
 }
 
 

@@ -496,7 +496,7 @@ class Storage(Protocol):
         nothing. An entry stored without a vector takes part through its keywords only.
 
         Each row found carries its ``score`` in [0, 1]: the fused score, or without
-        ``vector`` its keyword relevance over the best of the list's.
+        ``vector`` its keyword coverage (:func:`~retrieval.fusion.coverage`).
 
         Nothing outside the snapshot weighs in, so the same snapshot and query give the
         same order for as long as no entry expires.

@@ -40,7 +40,7 @@ from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ..logs import describe_exception
-from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, over_best
+from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
 from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
@@ -706,9 +706,7 @@ class PostgresqlStorage:
             )
 
         if vector is None:
-            found = await keyword(limit)
-            scores = over_best([score for _, score, _ in found])
-            return [row._replace(score=s) for (_, _, row), s in zip(found, scores, strict=True)]
+            return [row._replace(score=score) for _, score, row in await keyword(limit)]
         # Imported here: numpy comes with the search extra, which a vector implies.
         from .vector_cache import hybrid_search
 
@@ -760,12 +758,17 @@ class PostgresqlStorage:
             " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
             " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
             " ON df.term = v.term GROUP BY v.seq)"
-            f" SELECT e.seq, s.score, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            " SELECT e.seq, s.score, (SELECT total FROM n),"
+            " (SELECT string_agg(cnt::text, ',') FROM df),"
+            f" {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
             f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
         )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        return [(r[0], float(r[1]), _row(tuple(r)[2:])) for r in rows]
+        if not rows:
+            return []
+        ceiling = keyword_ceiling(rows[0][2], [int(n) for n in rows[0][3].split(",")], len(terms))
+        return [(r[0], coverage(float(r[1]), ceiling), _row(tuple(r)[4:])) for r in rows]
 
     async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
         """The scope's rows with a vector (or a pending one) and a ``seq`` above ``after``,

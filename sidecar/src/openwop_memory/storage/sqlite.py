@@ -44,7 +44,7 @@ import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
 from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
-from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, over_best
+from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
 from ..timefmt import now_us as wall_clock_us
 from ..token_count import estimate_tokens
 from .base import (
@@ -245,7 +245,8 @@ def _keyword_query(
         " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
         f" AND t.seq = e.seq)){_where_sql(where, params)}),"
         f" {_SCORES}"
-        f" SELECT e.seq, s.score, {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+        f" SELECT e.seq, s.score, (SELECT total FROM n), (SELECT group_concat(cnt) FROM df),"
+        f" {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
         " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
         " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
     )
@@ -861,9 +862,7 @@ class SqliteStorage:
             )
 
         if vector is None:
-            found = await keyword(limit)
-            scores = over_best([score for _, score, _ in found])
-            return [row._replace(score=s) for (_, _, row), s in zip(found, scores, strict=True)]
+            return [row._replace(score=score) for _, score, row in await keyword(limit)]
         # Imported here: numpy comes with the search extra, which a vector implies.
         from .vector_cache import hybrid_search
 
@@ -901,7 +900,10 @@ class SqliteStorage:
         sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
-        return [(r[0], float(r[1]), _row(r[2:])) for r in rows]
+        if not rows:
+            return []
+        ceiling = keyword_ceiling(rows[0][2], [int(n) for n in rows[0][3].split(",")], len(terms))
+        return [(r[0], coverage(float(r[1]), ceiling), _row(r[4:])) for r in rows]
 
     async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
         """The scope's rows with a vector (or a pending one) and a ``seq`` above ``after``,
