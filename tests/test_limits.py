@@ -188,6 +188,11 @@ def _store_big_entries(client: RawClient, count: int, size: int) -> str:
         content = f"{i:04d}" + "\x01" * (size - 4)
         client.call("memory.put", runId="bulk-writer", memoryRef=ref, entry={"content": content})
     client.call("run.begin", runId="bulk-reader", tenant=TENANT)
+    # The indexer embeds the entries after their puts (loading the model first): let it
+    # finish, so that what is measured next is the answers' memory alone.
+    deadline = time.monotonic() + 30
+    while client.call("sidecar.stats")["vectorsPending"] and time.monotonic() < deadline:
+        time.sleep(0.02)
     return ref
 
 

@@ -26,6 +26,9 @@ BATCH = 64
 """Entries embedded and stored together: one worker-thread hand-off and one write each."""
 BACKLOG = 16_384
 """Notes kept at most; past it the oldest are dropped (searches compute them)."""
+LINGER = 0.05
+"""Seconds the indexer waits after a put, for more to come: a burst of puts is then
+embedded and stored in a few batches, not one write transaction each."""
 
 
 class VectorIndexer:
@@ -37,6 +40,7 @@ class VectorIndexer:
         self._backlog: deque[tuple[str, str]] = deque(maxlen=BACKLOG)
         self._wake = anyio.Event()
         self.indexed = 0
+        self.in_flight = 0
         self.failed_batches = 0
 
     @property
@@ -53,6 +57,8 @@ class VectorIndexer:
         """Index what is noted until cancelled. Never raises otherwise."""
         while True:
             await self._wake.wait()
+            if len(self._backlog) < BATCH:
+                await anyio.sleep(LINGER)
             self._wake = anyio.Event()
             while self._backlog:
                 await self.index_once()
@@ -63,6 +69,7 @@ class VectorIndexer:
         batch = [self._backlog.popleft() for _ in range(min(BATCH, len(self._backlog)))]
         if not batch:
             return 0
+        self.in_flight = len(batch)
         try:
             vectors = await self._embedding.vectors([content for _, content in batch])
             await self._storage.set_vectors(
@@ -81,4 +88,6 @@ class VectorIndexer:
             )
         else:
             self.indexed += len(batch)
+        finally:
+            self.in_flight = 0
         return len(batch)

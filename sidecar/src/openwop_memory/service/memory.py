@@ -855,7 +855,11 @@ class MemoryService:
         }
 
     def stats_snapshot(self) -> dict[str, Any]:
-        return self.stats.snapshot(active_runs=len(self._runs), keyrings=self._keyring_gauges())
+        indexer = self.indexer
+        return self.stats.snapshot(active_runs=len(self._runs), keyrings=self._keyring_gauges()) | {
+            "vectorsPending": indexer.backlog + indexer.in_flight,
+            "vectorsIndexed": indexer.indexed,
+        }
 
     async def metrics(self) -> bytes:
         """The Prometheus metrics page (see :mod:`.metrics`); never raises for a failing
