@@ -203,7 +203,7 @@ async def test_meaning_finds_what_keywords_cannot(store: Storage) -> None:
     assert await searched(store, snap, question, meaning=False) == []
     assert (await searched(store, snap, question))[0] == CELLO
     assert (await searched(store, snap, question, keywords=False))[0] == CELLO
-    # By meaning, exactly the entries at least MIN_COSINE similar, most similar first.
+    # By meaning, exactly the entries at least `related` similar, most similar first.
     for text in ("giraffe", "quantum chromodynamics", "peanut butter"):
         query = semantic.query_vector(model().vector(text) or b"")
         rows = np.stack([semantic.query_vector(model().vector(c) or b"") for c in contents])

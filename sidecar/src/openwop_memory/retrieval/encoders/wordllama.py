@@ -180,14 +180,6 @@ def load() -> Embedder:
     return Embedder(tokenizer, np.ascontiguousarray(table[:, :DIMENSIONS], dtype=np.float32))
 
 
-def query_threshold(query: npt.NDArray[np.float32]) -> float:
-    """The least :func:`similarities` score of an entry near ``query`` by meaning
-    (:data:`MIN_COSINE` times ``|query|``)."""
-    import numpy as np
-
-    return MIN_COSINE * float(np.sqrt(float(np.dot(query, query))))
-
-
 def query_vector(vector: bytes) -> npt.NDArray[np.float32]:
     """A stored vector's first :data:`RANK_DIMENSIONS` components, as the float32 integers
     a similarity is computed with."""
@@ -218,34 +210,6 @@ def norms_of(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
     # An all-zero row cannot come from quantize (its largest component is 127).
     result[result == 0.0] = 1.0
     return result
-
-
-MIN_COSINE = 0.1
-"""Entries less similar than this to the query (cosine of the stored integers) are not
-among its nearest by meaning, so that a query is not answered with the whole scope: on
-the labelled set about three in four unrelated pairs score below it, and raising it to 0.2
-already lowers recall@10 (0.894 to 0.865). A static model is no judge of relatedness, so
-an unrelated query can still find a few entries."""
-
-RRF_K = 60
-"""Reciprocal rank fusion's constant: an entry at rank r (1-based) of a list scores
-1 / (RRF_K + r) from it."""
-
-
-def fuse(keyword: Sequence[int], semantic: Sequence[int]) -> list[int]:
-    """Reciprocal rank fusion of two ranked lists of entry keys (larger key = newer): every
-    key of either list, by the sum of ``1 / (RRF_K + rank)`` over the lists it is in, ties
-    by the larger key first.
-
-    The sums are of at most two terms, each computed the same way every time, so the same
-    lists always give the same order; two sums that differ at all differ by far more than
-    float64 rounding for lists of any length a list answer can have.
-    """
-    scores: dict[int, float] = {}
-    for ranked in (keyword, semantic):
-        for rank, key in enumerate(ranked, start=RRF_K + 1):
-            scores[key] = scores.get(key, 0.0) + 1.0 / rank
-    return sorted(scores, key=lambda key: (-scores[key], -key))
 
 
 class WordLlamaEncoder:
