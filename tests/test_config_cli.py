@@ -35,6 +35,10 @@ from openwop_memory.config import (
 )
 from support.sidecar import EXE, RawClient, Sidecar, run_cli
 
+# What this module tests sits above storage (connections, listeners, settings, keyrings,
+# redaction): the PostgreSQL pass of `make test` would run it again for nothing.
+pytestmark = pytest.mark.backend_independent
+
 TENANT = "tenant-config"
 SECRET = "config-test-secret-value"
 

@@ -21,6 +21,10 @@ import pytest
 from openwop_memory.wire.fairness import FairGate, Share
 from support.sidecar import RawClient, Sidecar
 
+# What this module tests sits above storage (connections, listeners, settings, keyrings,
+# redaction): the PostgreSQL pass of `make test` would run it again for nothing.
+pytestmark = pytest.mark.backend_independent
+
 FLOOD = Path(__file__).resolve().parents[1] / "bench" / "flood.py"
 TENANT = "tenant-fairness"
 SAMPLES = 400

@@ -19,6 +19,10 @@ from support.protocol import new_run
 from support.schemas import check_entry, check_envelope
 from support.sidecar import RawClient, Sidecar
 
+# What this module tests sits above storage (connections, listeners, settings, keyrings,
+# redaction): the PostgreSQL pass of `make test` would run it again for nothing.
+pytestmark = pytest.mark.backend_independent
+
 TENANT = "t1"
 
 

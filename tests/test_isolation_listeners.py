@@ -26,6 +26,10 @@ from support.polling import wait_for
 from support.protocol import begin, issue, put
 from support.sidecar import EXE, RawClient, Sidecar, run_cli
 
+# What this module tests sits above storage (connections, listeners, settings, keyrings,
+# redaction): the PostgreSQL pass of `make test` would run it again for nothing.
+pytestmark = pytest.mark.backend_independent
+
 TENANT = "tenant-listeners"
 NOBODY = 65534
 

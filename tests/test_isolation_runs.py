@@ -187,8 +187,10 @@ def test_abandoned_runs_are_dropped_after_the_idle_bound_and_resume_on_their_sna
 
 def test_memory_of_abandoned_runs_stays_flat_round_after_round(workdir: Path) -> None:
     """Three rounds of 300 runs with two secrets each, begun and abandoned: once each round
-    is dropped, the RSS after the third is within 8 MiB of the RSS after the first (they
-    held ~20 MiB of keyrings each round)."""
+    is dropped, the RSS after the third is within 8 MiB of the RSS after the second (they
+    held ~20 MiB of keyrings each round, so a round kept would show). The first round is
+    the warm-up: it grows the allocator's arenas (by up to ~5 MiB with PostgreSQL's driver
+    on a loaded machine), which later rounds reuse."""
     with Sidecar(workdir, "--run-idle-timeout", "1s") as s, s.client() as c:
         after: list[int] = []
         for round_ in range(3):
@@ -197,7 +199,7 @@ def test_memory_of_abandoned_runs_stays_flat_round_after_round(workdir: Path) ->
             assert c.call("sidecar.stats")["keyringMemoryBytes"] > 10 << 20
             eventually(lambda: c.call("sidecar.stats")["activeRuns"] == 0 or None, timeout=15)
             after.append(rss_kib(s))
-        assert after[2] - after[0] < 8 << 10, after
+        assert after[2] - after[1] < 8 << 10, after
 
 
 @pytest.mark.anyio

@@ -30,6 +30,10 @@ from openwop_memory_client import RateLimitedError
 from support.protocol import assert_run_not_found, put
 from support.sidecar import Sidecar
 
+# What this module tests sits above storage (connections, listeners, settings, keyrings,
+# redaction): the PostgreSQL pass of `make test` would run it again for nothing.
+pytestmark = pytest.mark.backend_independent
+
 # Distinct, letter-and-digit values: each compiles to a keyring of a known estimate.
 _ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 

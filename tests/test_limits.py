@@ -22,6 +22,10 @@ from openwop_memory_client import AsyncMemoryClient, MemoryClient, RateLimitedEr
 from support.polling import wait_for
 from support.sidecar import RawClient, Sidecar
 
+# What this module tests sits above storage (connections, listeners, settings, keyrings,
+# redaction): the PostgreSQL pass of `make test` would run it again for nothing.
+pytestmark = pytest.mark.backend_independent
+
 TENANT = "tenant-limits"
 
 
