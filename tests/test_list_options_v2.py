@@ -17,6 +17,7 @@ from openwop_memory.token_count import estimate_tokens
 from openwop_memory_client import MemoryListOptions
 from support.backends import POSTGRES
 from support.names import uid
+from support.polling import eventually
 from support.protocol import checked_entry, error_of, later_list, new_run, put, req
 from support.sidecar import RawClient, Sidecar, module_sidecar
 
@@ -221,8 +222,13 @@ def test_only_redacted_content_is_indexed(sidecar: Sidecar) -> None:
         )
         entry = put(client, writer, ref, f"the deploy key is {SECRET} keep it safe")
         assert SECRET not in entry["content"]
-        indexed = _indexed_text(sidecar)
-        assert "safe" in indexed and "redact" in indexed  # the index holds the entry...
+        # Indexed after the put's commit, in the background: wait for it.
+        def holds_entry() -> str | None:
+            text = _indexed_text(sidecar)
+            return text if "safe" in text else None
+
+        indexed = eventually(holds_entry)
+        assert "redact" in indexed  # the index holds the entry...
         assert SECRET not in indexed.lower()  # ...but never the secret
         assert SECRET[:12] not in indexed.lower()
         if not _semantic(client):

@@ -80,6 +80,7 @@ from .base import (
 )
 from .scope_cache import ScopeCache
 from .sqlite_errors import translate_errors, translated
+from .sqlite_keywords import KeywordIndexer
 from .sqlite_schema import LATEST_VERSION, MIGRATIONS
 from .sqlite_serve_lock import FileServeLock
 from .sqlite_writer import (
@@ -304,6 +305,7 @@ class SqliteStorage:
             max_batch=max_batch,
             checkpoint_bytes=checkpoint_bytes,
         )
+        self._keywords = KeywordIndexer(self._writer)
         self._readers: list[aiosqlite.Connection] = []
         self._next_reader: Iterator[int] = iter(())
         self._closed = False
@@ -318,6 +320,11 @@ class SqliteStorage:
         self._lock: FileServeLock | None = None
         self._lock_exclusive = False
         self._created = False  # open() made the file, under the exclusive lock (see discard)
+
+    @property
+    def keywords(self) -> KeywordIndexer:
+        """The keyword indexer of this store (its counters, its background switch)."""
+        return self._keywords
 
     @property
     def _vectors(self) -> VectorCache:
@@ -540,6 +547,7 @@ class SqliteStorage:
 
     async def _disconnect(self) -> None:
         self._closed = True
+        await self._keywords.close()
         await self._writer.close()
         for conn in self._readers:
             with contextlib.suppress(sqlite3.Error, ValueError):
@@ -724,6 +732,8 @@ class SqliteStorage:
             return PutResult(PutOutcome.STORED, row, revision, current_id)
 
         result: PutResult = await self._writer.write(op, quick=True)
+        if result.outcome is PutOutcome.STORED:
+            self._keywords.note_put()
         return result
 
     def _key_head(
@@ -897,6 +907,7 @@ class SqliteStorage:
         keyword score."""
         if not terms:
             return []
+        await self._keywords.through(cast(int, snapshot))
         sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
@@ -1376,6 +1387,9 @@ class SqliteStorage:
             return len(fresh)
 
         stored: int = await self._writer.write(op)
+        # An import is an operator's offline step: it indexes what it wrote, so the first
+        # search after it does not.
+        await self._keywords.everything()
         return stored
 
     async def backup(self, *, path: str) -> int:

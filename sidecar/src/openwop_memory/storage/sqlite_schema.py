@@ -45,6 +45,13 @@ retention. A revision is an ordinary entry row: a supersede stamps the old row's
 ``deleted_seq`` with the new row's ``seq``, so every read's visibility rule applies as is.
 The row goes with its entry (cascade). It also adds ``changes``, the change feed (see
 ``storage/base.py``). (Number 7 is left to a concurrent migration.)
+
+Version 9 takes keyword indexing off the put's transaction: the insert trigger goes, and
+``fts_progress`` records the commit position up to which every row is in ``entries_fts``
+(rows written later are indexed in batches after their commit, and a search first indexes
+what its snapshot holds beyond it; see ``sqlite_keywords.py``). The delete trigger stays,
+for the rows at or below that position only: an external-content index must not be told
+to forget a row it never held.
 """
 
 from __future__ import annotations
@@ -234,6 +241,24 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             )""",
             "CREATE INDEX changes_by_tenant ON changes (tenant, pos)",
             "CREATE INDEX changes_by_age ON changes (at_us)",
+        ],
+    ),
+    (
+        9,
+        [
+            "DROP TRIGGER entries_fts_insert",
+            "DROP TRIGGER entries_fts_delete",
+            # Every row so far was indexed by the trigger, in its own transaction.
+            """CREATE TABLE fts_progress (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                indexed_seq INTEGER NOT NULL
+            )""",
+            "INSERT INTO fts_progress (id, indexed_seq) SELECT 1, seq FROM clock",
+            """CREATE TRIGGER entries_fts_delete AFTER DELETE ON entries
+                WHEN old.seq <= (SELECT indexed_seq FROM fts_progress) BEGIN
+                INSERT INTO entries_fts (entries_fts, rowid, scope_pk, content)
+                VALUES ('delete', old.seq, old.scope_pk, old.content);
+            END""",
         ],
     ),
 ]

@@ -136,12 +136,15 @@ class Txn:
 
     ``last_us`` is already the transaction's createdAt: the wall clock, pulled up to the
     latest createdAt committed before, so createdAt never goes backwards in commit order.
+    ``start_seq`` is the clock as the transaction began: every row at or below it was
+    committed before, and the ops' own rows (above it) are not all inserted until the end.
     """
 
     conn: sqlite3.Connection
     seq: int
     last_us: int
     limit: int
+    start_seq: int
     # Rows the ops add, inserted with one executemany each just before COMMIT.
     entries: list[EntryInsert] = field(default_factory=list)
     tags: list[tuple[int, str, int]] = field(default_factory=list)  # scope_pk, tag, seq
@@ -535,7 +538,7 @@ class GroupCommit:
                 " RETURNING seq - ?, last_us",
                 (len(batch), wall_clock_us(), len(batch)),
             ).fetchall()[0]
-            txn = Txn(conn, seq, last_us, limit=seq + len(batch))
+            txn = Txn(conn, seq, last_us, limit=seq + len(batch), start_seq=seq)
             for op in batch:
                 op.error = None
                 if fault is not None:
