@@ -222,6 +222,7 @@ def test_only_redacted_content_is_indexed(sidecar: Sidecar) -> None:
         )
         entry = put(client, writer, ref, f"the deploy key is {SECRET} keep it safe")
         assert SECRET not in entry["content"]
+
         # Indexed after the put's commit, in the background: wait for it.
         def holds_entry() -> str | None:
             text = _indexed_text(sidecar)

@@ -35,9 +35,7 @@ LINGER = 0.02
 """Seconds the background waits after a put for more to come, so a burst is one batch."""
 
 _PROGRESS = "SELECT indexed_seq FROM fts_progress"
-_ROWS = (
-    "SELECT seq, scope_pk, content FROM entries WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
-)
+_ROWS = "SELECT seq, scope_pk, content FROM entries WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 _INSERT = "INSERT INTO entries_fts (rowid, scope_pk, content) VALUES (?, ?, ?)"
 _ADVANCE = "UPDATE fts_progress SET indexed_seq = ?"
 
