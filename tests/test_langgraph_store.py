@@ -356,8 +356,12 @@ def test_index_false_keeps_an_item_out_of_query_search_only(shared_sidecar: Side
     assert ours.get(("ns",), "hidden") is not None
     listed = ours.search(("ns",), limit=10)
     assert observed(listed) == observed(theirs.search(("ns",), limit=10))
+    assert ours.search(("ns",), query="cappuccino") == []  # nothing relevant, nothing found
     # LangGraph's store without an index configured returns every item for any query.
     assert len(theirs.search(("ns",), query="tea")) == 3
+    assert len(theirs.search(("ns",), query="cappuccino")) == 3
+    # The body's own field names are indexed too (docs/langgraph.md says so).
+    assert len(ours.search(("ns",), query="value")) == 2
 
 
 # -- 5. scopes are read page by page -----------------------------------------------------------

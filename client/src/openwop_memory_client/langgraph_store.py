@@ -1,14 +1,30 @@
 """*(the ``[langgraph]`` extra)* A LangGraph ``BaseStore`` over the sidecar.
 
 Namespaces map to scopes (``memory.issueRef(tenant, agent, <the namespace as JSON>)``),
-keys to keyed entries (``put_keyed``/``get_key``), values to JSON content. Each
-``batch``/``abatch`` call is one OpenWOP run: its reads see the store as of the call's start
-and not the call's own puts (as LangGraph's ``InMemoryStore`` applies a batch's puts after
-its reads), and the next call sees them, which is what a LangGraph user expects of a store.
-``list_namespaces`` and prefix search read a registry scope the store's puts keep.
+keys to keyed entries (``put_keyed``/``get_key``), values to JSON content. docs/langgraph.md
+says what is covered, what is not and why; in short:
 
-Not covered (yet): vector ``index`` (accepted, ignored: search ranks by the sidecar's
-relevance), ``refresh_ttl`` (TTLs are fixed at write), one snapshot per LangGraph run.
+- Each ``batch``/``abatch`` call is one OpenWOP run: every read sees the store as of the
+  call's start, none of the call's own writes (as LangGraph's ``InMemoryStore`` and
+  ``PostgresStore`` apply a batch's puts after its reads); then the last write per
+  (namespace, key) is applied, so a put then a delete ends deleted and a delete then a put
+  ends present. The next call sees them.
+- A put compares and sets on the key's live revision (read by ``memory.history``, which is
+  not bound to the snapshot), retrying ``_ATTEMPTS`` times on a conflict and then writing
+  unconditionally: last writer wins, and neither writer's revision is lost from history.
+- TTLs (``supports_ttl``): a put's ``ttl`` and ``TTLConfig.default_ttl`` (minutes) set the
+  entry's expiry; a read with ``refresh_ttl`` (``TTLConfig.refresh_on_read``, default
+  True) rewrites the item as a new revision expiring a full TTL later: a write per item
+  read that has a TTL.
+- ``index=False`` keeps an item out of ``query`` search (it stays gettable and listed);
+  a ``query`` returns only the items the sidecar judges relevant, at most ``_SCAN`` per
+  namespace. Listings and filter searches read every page.
+- ``list_namespaces`` and prefix search read a registry scope: a put registers its
+  namespace, the delete of a namespace's last item unregisters it.
+
+Not covered: vector ``index`` fields (a list of paths is accepted and ignored: the whole
+body is what the sidecar indexes), one snapshot per LangGraph run (``run_id``), the TTL
+sweep (the sidecar expires entries itself).
 """
 
 from __future__ import annotations
