@@ -229,6 +229,42 @@ def test_a_put_racing_another_writer_keeps_both_revisions_and_the_creation(
     assert item.created_at == revisions[1].entry.created_at
 
 
+def test_a_put_losing_every_compare_and_set_is_written_last(
+    shared_sidecar: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = store(shared_sidecar)
+    other = store(shared_sidecar, tenant=s._tenant)
+    real = AsyncMemoryRun.put_keyed
+    tries: list[int | None] = []  # the expected revision of each of our puts of the key
+    theirs: list[bool] = []  # set while the other writer writes
+
+    async def always_raced(
+        self: AsyncMemoryRun, scope: str, key: str, content: str, **kwargs: Any
+    ) -> Any:
+        expected = kwargs.get("expected_revision")
+        if key == "k" and not theirs:
+            tries.append(expected)
+            if expected is not None:  # another writer gets there first, every time
+                theirs.append(True)
+                try:
+                    await other.abatch([PutOp(("ns",), "k", {"v": f"theirs {len(tries)}"})])
+                finally:
+                    theirs.clear()
+        return await real(self, scope, key, content, **kwargs)
+
+    monkeypatch.setattr(AsyncMemoryRun, "put_keyed", always_raced)
+    s.put(("ns",), "k", {"v": "ours"})
+    monkeypatch.undo()
+    # 8 compare-and-sets, each expecting the revision the previous lost to, then one
+    # unconditional put.
+    assert tries == [0, 1, 2, 3, 4, 5, 6, 7, None]
+    item = s.get(("ns",), "k")
+    assert item is not None and item.value == {"v": "ours"}  # the last writer wins
+    revisions = history(s, ("ns",), "k")
+    assert len(revisions) == 9 and [r.state for r in revisions].count("current") == 1
+    assert item.created_at == revisions[-1].entry.created_at
+
+
 def test_a_delete_racing_a_put_deletes_the_newer_revision(
     shared_sidecar: Sidecar, monkeypatch: pytest.MonkeyPatch
 ) -> None:
