@@ -23,7 +23,8 @@ says what is covered, what is not and why; in short:
   namespace, the delete of a namespace's last item unregisters it.
 
 Not covered: vector ``index`` fields (a list of paths is accepted and ignored: the whole
-body is what the sidecar indexes), one snapshot per LangGraph run (``run_id``), the TTL
+body is what the sidecar indexes), one snapshot per LangGraph run (``run_id``), atomic
+batches (writes are applied one by one: the sidecar has no multi-key transaction), the TTL
 sweep (the sidecar expires entries itself).
 """
 
@@ -152,7 +153,7 @@ class OpenWopStore(BaseStore):
                 for write in writes.values():
                     await _write(run, await scopes.ref(write.namespace), write)
                 await self._refresh(run, scopes, read, writes.keys())
-                await _keep_registry(client, run, scopes, writes.values())
+                await _keep_registry(run, scopes, writes.values())
                 return results
 
     async def _read(
@@ -328,9 +329,7 @@ async def _refresh_one(run: AsyncMemoryRun, scope: str, one: _Read, body: dict[s
         )
 
 
-async def _keep_registry(
-    client: AsyncMemoryClient, run: AsyncMemoryRun, scopes: _Scopes, writes: Iterable[PutOp]
-) -> None:
+async def _keep_registry(run: AsyncMemoryRun, scopes: _Scopes, writes: Iterable[PutOp]) -> None:
     """Register each namespace the batch put into; prune each it only deleted from."""
     put = {op.namespace for op in writes if op.value is not None}
     deleted = {op.namespace for op in writes if op.value is None} - put
