@@ -124,7 +124,9 @@ def test_a_value_that_is_not_json_is_refused_before_anything_is_sent(
     s = store(shared_sidecar)
     with pytest.raises(TypeError):
         s.put(("ns",), "k", bad)
-    assert s.list_namespaces() == []
+    with pytest.raises(TypeError):  # nor is the batch's good put written before it
+        s.batch([PutOp(("ns",), "good", {"v": 1}), PutOp(("ns",), "k", bad)])
+    assert s.list_namespaces() == [] and s.get(("ns",), "good") is None
 
 
 def test_the_docs_graph_runs_and_prints_what_it_says(

@@ -143,13 +143,14 @@ class OpenWopStore(BaseStore):
         (none of the call's own puts), then the last put per (namespace, key) is applied,
         then the TTLs of the items read with ``refresh_ttl`` are refreshed."""
         ops = list(ops)
+        writes = _last_writes(ops)
+        _check_values(writes.values())
         async with AsyncMemoryClient(self._socket) as client:
             scopes = _Scopes(client, self._tenant, self._agent)
             run_id = f"langgraph-{uuid.uuid4()}"
             async with client.run(run_id, self._tenant, self._secrets or None) as run:
                 read: list[_Read] = []
                 results = [await self._read(run, scopes, op, read) for op in ops]
-                writes = _last_writes(ops)
                 for write in writes.values():
                     await _write(run, await scopes.ref(write.namespace), write)
                 await self._refresh(run, scopes, read, writes.keys())
@@ -252,6 +253,14 @@ def _last_writes(ops: list[Op]) -> dict[tuple[tuple[str, ...], str], PutOp]:
         if isinstance(op, PutOp):
             writes[(op.namespace, op.key)] = op
     return writes
+
+
+def _check_values(writes: Iterable[PutOp]) -> None:
+    """:raises TypeError: a value does not serialise as JSON; raised before anything is
+    sent, so a batch is never half applied for it."""
+    for op in writes:
+        if op.value is not None:
+            json.dumps(dict(op.value), ensure_ascii=False)
 
 
 async def _live(run: AsyncMemoryRun, scope: str, key: str) -> Revision | None:
