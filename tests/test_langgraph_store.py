@@ -18,7 +18,17 @@ from typing import Any
 
 import anyio
 import pytest
-from langgraph.store.base import GetOp, Item, Op, PutOp, Result, SearchOp, TTLConfig
+from langgraph.store.base import (
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchOp,
+    TTLConfig,
+)
 from langgraph.store.memory import InMemoryStore
 from openwop_memory_client import AsyncMemoryRun, MemoryClient, Revision
 from openwop_memory_client import langgraph_store as lg
@@ -56,7 +66,9 @@ def observed(result: Result | tuple[str, ...]) -> Any:
     if isinstance(result, Item):
         return (result.namespace, result.key, result.value)
     if isinstance(result, list):
-        return sorted(observed(one) for one in result)
+        parts = [observed(one) for one in result]
+        # Searches' orders differ by design (by time here); namespaces' are sorted in both.
+        return sorted(parts) if result and isinstance(result[0], Item) else parts
     return result
 
 
@@ -174,6 +186,25 @@ SEQUENCES: dict[str, list[list[Op]]] = {
         [PutOp(NS, "k", {"v": 1}), GetOp(NS, "k"), SearchOp(("users",))],
         [PutOp(NS, "k", {"v": 2}), GetOp(NS, "k"), SearchOp(("users",))],
         [GetOp(NS, "k")],
+    ],
+    "namespaces and filters": [
+        [
+            PutOp(("a", "x"), "k", {"n": 1, "tag": {"colour": "red"}}),
+            PutOp(("a", "y", "z"), "k", {"n": 2, "tag": {"colour": "blue"}}),
+            PutOp(("b", "x"), "k", {"n": 3}),
+        ],
+        [
+            ListNamespacesOp(),
+            ListNamespacesOp((MatchCondition("prefix", ("a",)),)),
+            ListNamespacesOp((MatchCondition("suffix", ("x",)),)),
+            ListNamespacesOp((MatchCondition("prefix", ("*", "x")),)),
+            ListNamespacesOp(max_depth=1),
+            ListNamespacesOp(limit=1, offset=1),
+            SearchOp(("a",), filter={"n": {"$gte": 2}}),
+            SearchOp((), filter={"n": {"$ne": 2}}),
+            SearchOp((), filter={"tag": {"colour": "red"}}),
+            SearchOp((), filter={"n": 3, "absent": None}),
+        ],
     ],
     "the last of two puts wins": [
         [PutOp(NS, "k", {"v": 1}), PutOp(NS, "j", {"v": 0}), PutOp(NS, "k", {"v": 2})],
@@ -414,6 +445,24 @@ def test_listings_read_every_page(shared_sidecar: Sidecar, monkeypatch: pytest.M
     assert len(s.search(("many",), filter={"i": {"$gte": 2}}, limit=100)) == 9
     assert len(s.list_namespaces(prefix=("ns",), limit=100)) == 9
     assert len(s.search(("ns",), limit=100)) == 9
+
+
+def test_a_batch_reads_the_registry_once(
+    shared_sidecar: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = store(shared_sidecar)
+    s.batch([PutOp(("a",), "k", {"v": 1}), PutOp(("b",), "k", {"v": 2})])
+    real = AsyncMemoryRun.page
+    pages: list[str] = []
+
+    async def counted(self: AsyncMemoryRun, scope: str, **kwargs: Any) -> Any:
+        pages.append(scope)
+        return await real(self, scope, **kwargs)
+
+    monkeypatch.setattr(AsyncMemoryRun, "page", counted)
+    found = s.batch([SearchOp(("a",)), SearchOp(("b",)), ListNamespacesOp()])
+    assert [len(one) for one in found if isinstance(one, list)] == [1, 1, 2]
+    assert len(pages) == 3 and len(set(pages)) == 3  # the registry's, a's and b's
 
 
 # -- 6. the namespace registry is pruned ------------------------------------------------------

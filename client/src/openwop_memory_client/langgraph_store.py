@@ -221,6 +221,8 @@ class _Scopes:
         self._tenant = tenant
         self._agent = agent
         self._refs: dict[tuple[str, ...] | None, str] = {}
+        # The registry as the call's snapshot holds it: read once, as the snapshot is fixed.
+        self.registered: list[tuple[str, ...]] | None = None
 
     async def ref(self, namespace: tuple[str, ...] | None) -> str:
         """The scope of ``namespace``; None: the namespace registry's."""
@@ -384,6 +386,13 @@ async def _entries(run: AsyncMemoryRun, scope: str) -> list[MemoryEntry]:
 
 
 async def _namespaces(run: AsyncMemoryRun, scopes: _Scopes) -> list[tuple[str, ...]]:
+    """The registered namespaces in the run's snapshot, sorted (read once per batch)."""
+    if scopes.registered is None:
+        scopes.registered = await _read_registry(run, scopes)
+    return scopes.registered
+
+
+async def _read_registry(run: AsyncMemoryRun, scopes: _Scopes) -> list[tuple[str, ...]]:
     found: set[tuple[str, ...]] = set()
     for entry in await _entries(run, await scopes.ref(None)):
         try:
