@@ -477,6 +477,10 @@ def test_a_namespace_s_last_delete_unlists_it(shared_sidecar: Sidecar) -> None:
     assert s.list_namespaces() == [("a",), ("b",)]
     s.delete(("a",), "k2")
     assert s.list_namespaces() == [("b",)]
+    theirs = InMemoryStore()  # which keeps an emptied namespace (docs/langgraph.md says so)
+    theirs.put(("a",), "k1", {"v": 1})
+    theirs.delete(("a",), "k1")
+    assert theirs.list_namespaces() == [("a",)]
     s.batch([PutOp(("b",), "k", None), PutOp(("b",), "j", {"v": 4})])
     assert s.list_namespaces() == [("b",)]  # a batch that also puts there keeps it
     s.put(("a",), "k1", {"v": 5})
