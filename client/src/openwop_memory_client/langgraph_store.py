@@ -1,23 +1,42 @@
 """*(the ``[langgraph]`` extra)* A LangGraph ``BaseStore`` over the sidecar.
 
 Namespaces map to scopes (``memory.issueRef(tenant, agent, <the namespace as JSON>)``),
-keys to keyed entries (``put_keyed``/``get_key``), values to JSON content. Each
-``batch``/``abatch`` call is one OpenWOP run: its reads see the store as of the call's start
-and not the call's own puts (as LangGraph's ``InMemoryStore`` applies a batch's puts after
-its reads), and the next call sees them, which is what a LangGraph user expects of a store.
-``list_namespaces`` and prefix search read a registry scope the store's puts keep.
+keys to keyed entries (``put_keyed``/``get_key``), values to JSON content. docs/langgraph.md
+says what is covered, what is not and why; in short:
 
-Not covered (yet): vector ``index`` (accepted, ignored: search ranks by the sidecar's
-relevance), ``refresh_ttl`` (TTLs are fixed at write), one snapshot per LangGraph run.
+- Each ``batch``/``abatch`` call is one OpenWOP run: every read sees the store as of the
+  call's start, none of the call's own writes (as LangGraph's ``InMemoryStore`` and
+  ``PostgresStore`` apply a batch's puts after its reads); then the last write per
+  (namespace, key) is applied, so a put then a delete ends deleted and a delete then a put
+  ends present. The next call sees them.
+- A put compares and sets on the key's live revision (read by ``memory.history``, which is
+  not bound to the snapshot), retrying ``_ATTEMPTS`` times on a conflict and then writing
+  unconditionally: last writer wins, and neither writer's revision is lost from history.
+- TTLs (``supports_ttl``): a put's ``ttl`` and ``TTLConfig.default_ttl`` (minutes) set the
+  entry's expiry; a read with ``refresh_ttl`` (``TTLConfig.refresh_on_read``, default
+  True) rewrites the item as a new revision expiring a full TTL later: a write per item
+  read that has a TTL.
+- ``index=False`` keeps an item out of ``query`` search (it stays gettable and listed);
+  a ``query`` returns only the items the sidecar judges relevant, at most ``_SCAN`` per
+  namespace. Listings and filter searches read every page.
+- ``list_namespaces`` and prefix search read a registry scope: a put registers its
+  namespace, the delete of a namespace's last item unregisters it.
+
+Not covered: vector ``index`` fields (a list of paths is accepted and ignored: the whole
+body is what the sidecar indexes), one snapshot per LangGraph run (``run_id``), atomic
+batches (writes are applied one by one: the sidecar has no multi-key transaction), the TTL
+sweep (the sidecar expires entries itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping
-from datetime import timedelta
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import anyio
 from langgraph.store.base import (
@@ -31,14 +50,19 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 
 from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
-from ._entry import KeyedEntry, MemoryEntry
+from ._entry import KeyedEntry, MemoryEntry, Revision
+from ._errors import ConflictError
 
 REGISTRY = "langgraph.namespaces"  # a scope name no namespace's JSON spelling can be
-_SCAN = 1000  # entries read from one scope by a search (the sidecar's maximum)
+_SCAN = 1000  # entries per page, and a query search's per-namespace cap (the sidecar's maximum)
+_ATTEMPTS = 8  # compare-and-set tries of a put before it is written unconditionally
+_UNINDEXED = "langgraph.unindexed"  # the tag of an item put with index=False
+_I = TypeVar("_I", bound=Item)
 
 
 def _encode(namespace: tuple[str, ...]) -> str:
@@ -88,7 +112,11 @@ class OpenWopStore(BaseStore):
     :param agent: the agent part of every scope (default ``"langgraph"``).
     :param secrets: secrets (id -> value) registered for every run: a value holding one is
         stored with ``[REDACTED:<id>]`` in its place.
+    :param ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for puts that name no
+        ``ttl``, ``refresh_on_read`` (default True) for gets and searches that do not say.
     """
+
+    supports_ttl: bool = True
 
     def __init__(
         self,
@@ -97,11 +125,13 @@ class OpenWopStore(BaseStore):
         tenant: str,
         agent: str = "langgraph",
         secrets: Mapping[str, str] | None = None,
+        ttl: TTLConfig | None = None,
     ) -> None:
         self._socket = socket_path
         self._tenant = tenant
         self._agent = agent
         self._secrets = dict(secrets or {})
+        self.ttl_config = ttl
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`abatch` on an event loop of its own (not from inside a running loop)."""
@@ -109,113 +139,340 @@ class OpenWopStore(BaseStore):
         return anyio.run(self.abatch, ops)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` as one OpenWOP run: every read sees the store as of the call's start
+        (none of the call's own puts), then the last put per (namespace, key) is applied,
+        then the TTLs of the items read with ``refresh_ttl`` are refreshed."""
         ops = list(ops)
+        writes = _last_writes(ops)
+        _check_values(writes.values())
         async with AsyncMemoryClient(self._socket) as client:
-            refs: dict[tuple[str, ...] | None, str] = {}
-
-            async def ref(namespace: tuple[str, ...] | None) -> str:
-                if namespace not in refs:
-                    name = REGISTRY if namespace is None else _encode(namespace)
-                    refs[namespace] = await client.issue_ref(self._tenant, self._agent, name)
-                return refs[namespace]
-
+            scopes = _Scopes(client, self._tenant, self._agent)
             run_id = f"langgraph-{uuid.uuid4()}"
             async with client.run(run_id, self._tenant, self._secrets or None) as run:
-                results: list[Result] = []
-                for op in ops:
-                    results.append(await self._one(run, ref, op))
+                read: list[_Read] = []
+                results = [await self._read(run, scopes, op, read) for op in ops]
+                for write in writes.values():
+                    await _write(run, await scopes.ref(write.namespace), write)
+                await self._refresh(run, scopes, read, writes.keys())
+                await _keep_registry(run, scopes, writes.values())
                 return results
 
-    async def _one(self, run: AsyncMemoryRun, ref: Any, op: Op) -> Result:
+    async def _read(
+        self, run: AsyncMemoryRun, scopes: _Scopes, op: Op, read: list[_Read]
+    ) -> Result:
+        """The result of a read op (None for a put), noting in ``read`` what to refresh."""
         if isinstance(op, GetOp):
-            found = await run.get_key(await ref(op.namespace), op.key)
-            return None if found is None else self._item(op.namespace, found.entry, Item)
+            found = await run.get_key(await scopes.ref(op.namespace), op.key)
+            if found is None:
+                return None
+            item = _item(op.namespace, found.entry, Item)
+            if item is not None and op.refresh_ttl:
+                read.append(_Read(op.namespace, op.key, found.entry))
+            return item
         if isinstance(op, PutOp):
-            await self._put(run, ref, op)
             return None
         if isinstance(op, SearchOp):
-            return await self._search(run, ref, op)
+            return await self._search(run, scopes, op, read)
         if isinstance(op, ListNamespacesOp):
-            namespaces = await self._namespaces(run, ref)
-            if op.match_conditions:
-                namespaces = [
-                    ns for ns in namespaces if all(_matches(c, ns) for c in op.match_conditions)
-                ]
-            if op.max_depth is not None:
-                namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
-            return namespaces[op.offset : op.offset + op.limit]
+            return await _list_namespaces(run, scopes, op)
         raise ValueError(f"unknown store operation {type(op).__name__}")
 
-    async def _put(self, run: AsyncMemoryRun, ref: Any, op: PutOp) -> None:
-        scope = await ref(op.namespace)
-        current = await run.get_key(scope, op.key)
-        if op.value is None:
-            if current is not None:
-                await run.delete(scope, current.entry.id)
-            return
-        body: dict[str, Any] = {"key": op.key, "value": dict(op.value)}
-        previous = None if current is None else self._item(op.namespace, current.entry, Item)
-        if previous is not None:  # the item's creation is its first revision's
-            body["createdAt"] = previous.created_at.isoformat()
-        ttl = None if op.ttl is None else timedelta(minutes=op.ttl)
-        await run.put_keyed(scope, op.key, json.dumps(body, ensure_ascii=False), ttl=ttl)
-        encoded = _encode(op.namespace)
-        registry = await ref(None)
-        if await run.get_key(registry, encoded) is None:
-            await run.put_keyed(registry, encoded, encoded)
-
-    async def _namespaces(self, run: AsyncMemoryRun, ref: Any) -> list[tuple[str, ...]]:
-        entries = await run.list(await ref(None), limit=_SCAN)
-        return sorted({tuple(json.loads(entry.content)) for entry in entries})
-
-    async def _search(self, run: AsyncMemoryRun, ref: Any, op: SearchOp) -> list[SearchItem]:
+    async def _search(
+        self, run: AsyncMemoryRun, scopes: _Scopes, op: SearchOp, read: list[_Read]
+    ) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        found: list[SearchItem] = []
-        for namespace in await self._namespaces(run, ref):
-            if namespace[: len(prefix)] != prefix:
-                continue
-            scope = await ref(namespace)
-            if op.query:
-                entries = await run.search(scope, op.query, limit=_SCAN)
-            else:
-                entries = await run.list(scope, limit=_SCAN)
-            for rank, entry in enumerate(entries):
-                item = self._item(namespace, entry, SearchItem)
-                if item is None:
-                    continue
-                if op.filter and not all(
-                    _compare(item.value.get(k), v) for k, v in op.filter.items()
-                ):
-                    continue
-                if op.query:
-                    item.score = 1.0 / (1 + rank)  # the sidecar's order, as a score
-                found.append(item)
+        found: list[tuple[SearchItem, MemoryEntry]] = []
+        for namespace in await _namespaces(run, scopes):
+            if namespace[: len(prefix)] == prefix:
+                found.extend(await _search_one(run, await scopes.ref(namespace), namespace, op))
         if op.query:
-            found.sort(key=lambda item: -(item.score or 0.0))
+            found.sort(key=lambda pair: -(pair[0].score or 0.0))
         else:
-            found.sort(key=lambda item: item.updated_at, reverse=True)
-        return found[op.offset : op.offset + op.limit]
+            found.sort(key=lambda pair: pair[0].updated_at, reverse=True)
+        page = found[op.offset : op.offset + op.limit]
+        if op.refresh_ttl:
+            read.extend(_Read(item.namespace, item.key, entry) for item, entry in page)
+        return [item for item, _ in page]
 
-    @staticmethod
-    def _item(namespace: tuple[str, ...], entry: MemoryEntry, cls: Any) -> Any:
-        """The item ``entry`` stores, or None for an entry that is not one of the store's
-        (written to the scope by another client)."""
+    async def _refresh(
+        self,
+        run: AsyncMemoryRun,
+        scopes: _Scopes,
+        read: list[_Read],
+        written: Collection[tuple[tuple[str, ...], str]],
+    ) -> None:
+        """Rewrite each read item that has a TTL as a new revision expiring a full TTL from
+        now, unless the batch wrote it or it changed since the snapshot (either is newer)."""
+        done: set[tuple[tuple[str, ...], str]] = set(written)
+        for one in read:
+            body = _body(one.entry)
+            if body is None or body.get("ttl") is None or (one.namespace, one.key) in done:
+                continue
+            done.add((one.namespace, one.key))
+            await _refresh_one(run, await scopes.ref(one.namespace), one, body)
+
+
+class _Scopes:
+    """The scope refs of one ``abatch`` call, each issued once, and live reads of scopes
+    (outside the call's snapshot)."""
+
+    def __init__(self, client: AsyncMemoryClient, tenant: str, agent: str) -> None:
+        self._client = client
+        self._tenant = tenant
+        self._agent = agent
+        self._refs: dict[tuple[str, ...] | None, str] = {}
+        # The registry as the call's snapshot holds it: read once, as the snapshot is fixed.
+        self.registered: list[tuple[str, ...]] | None = None
+
+    async def ref(self, namespace: tuple[str, ...] | None) -> str:
+        """The scope of ``namespace``; None: the namespace registry's."""
+        if namespace not in self._refs:
+            name = REGISTRY if namespace is None else _encode(namespace)
+            self._refs[namespace] = await self._client.issue_ref(self._tenant, self._agent, name)
+        return self._refs[namespace]
+
+    async def live_count(self, scope: str) -> int:
+        """How many unexpired entries ``scope`` holds now: a run of its own, because the
+        call's run sees only its snapshot, older than the call's own writes."""
+        async with self._client.run(f"langgraph-check-{uuid.uuid4()}", self._tenant) as check:
+            return await check.count(scope)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """An item a get or search returned, with the revision entry it was read from."""
+
+    namespace: tuple[str, ...]
+    key: str
+    entry: MemoryEntry
+
+
+def _last_writes(ops: list[Op]) -> dict[tuple[tuple[str, ...], str], PutOp]:
+    """The last put (or delete) per (namespace, key), in first-write order: within one
+    batch the last write wins, as in LangGraph's own stores."""
+    writes: dict[tuple[tuple[str, ...], str], PutOp] = {}
+    for op in ops:
+        if isinstance(op, PutOp):
+            writes[(op.namespace, op.key)] = op
+    return writes
+
+
+def _check_values(writes: Iterable[PutOp]) -> None:
+    """:raises TypeError: a value does not serialise as JSON; raised before anything is
+    sent, so a batch is never half applied for it."""
+    for op in writes:
+        if op.value is not None:
+            json.dumps(dict(op.value), ensure_ascii=False)
+
+
+async def _live(run: AsyncMemoryRun, scope: str, key: str) -> Revision | None:
+    """The key's current revision in the live store (history is not snapshot-bound), or
+    None when it has none (never written, deleted or expired)."""
+    revisions = await run.history(scope, key, limit=1)
+    if revisions and revisions[0].state == "current":
+        return revisions[0]
+    return None
+
+
+async def _write(run: AsyncMemoryRun, scope: str, op: PutOp) -> None:
+    if op.value is None:
+        await _delete(run, scope, op.key)
+    else:
+        await _put(run, scope, op)
+
+
+async def _put(run: AsyncMemoryRun, scope: str, op: PutOp) -> None:
+    """Compare-and-set on the key's live revision, so that a concurrent writer's revision
+    is never silently superseded unseen (its creation time is kept); after
+    ``_ATTEMPTS`` conflicts the put is written unconditionally (last writer wins)."""
+    tags = (_UNINDEXED,) if op.index is False else ()
+    ttl = None if op.ttl is None else timedelta(minutes=op.ttl)
+    for _ in range(_ATTEMPTS):
+        live = await _live(run, scope, op.key)
+        expected = 0 if live is None else live.revision
+        content = _content(op, live)
         try:
-            body = json.loads(entry.content)
-        except ValueError:
-            return None
-        if not isinstance(body, dict) or not isinstance(body.get("key"), str):
-            return None
-        if not isinstance(body.get("value"), dict):
-            return None
-        created = body.get("createdAt") or entry.created_at.isoformat()
-        return cls(
-            namespace=namespace,
-            key=body["key"],
-            value=body["value"],
-            created_at=created,
-            updated_at=entry.created_at,
+            await run.put_keyed(
+                scope, op.key, content, tags=tags, ttl=ttl, expected_revision=expected
+            )
+            return
+        except ConflictError:
+            continue
+    live = await _live(run, scope, op.key)
+    await run.put_keyed(scope, op.key, _content(op, live), tags=tags, ttl=ttl)
+
+
+def _content(op: PutOp, live: Revision | None) -> str:
+    """The stored body: the item's creation is its first revision's; ``ttl`` (minutes)
+    is kept so that a refresh can extend the item by as much again."""
+    body: dict[str, Any] = {"key": op.key, "value": dict(op.value or {})}
+    previous = None if live is None else _item((), live.entry, Item)
+    if previous is not None:
+        body["createdAt"] = previous.created_at.isoformat()
+    if op.ttl is not None:
+        body["ttl"] = op.ttl
+    return json.dumps(body, ensure_ascii=False)
+
+
+async def _delete(run: AsyncMemoryRun, scope: str, key: str) -> None:
+    """Delete the key's live revision; a delete that finds it superseded meanwhile reads
+    again and deletes the newer one (this delete is the later write)."""
+    for _ in range(_ATTEMPTS + 1):
+        live = await _live(run, scope, key)
+        if live is None or await run.delete(scope, live.entry.id):
+            return
+
+
+async def _refresh_one(run: AsyncMemoryRun, scope: str, one: _Read, body: dict[str, Any]) -> None:
+    """Rewrite the revision read as a new one with a fresh expiry, only if it is still the
+    key's current revision (else a newer write stands and carries its own TTL)."""
+    live = await _live(run, scope, one.key)
+    if live is None or live.entry.id != one.entry.id:
+        return
+    written = one.entry.created_at.isoformat()
+    body = {**body, "createdAt": body.get("createdAt") or written}
+    body["updatedAt"] = body.get("updatedAt") or written  # a refresh is not an update
+    ttl = timedelta(minutes=float(body["ttl"]))
+    content = json.dumps(body, ensure_ascii=False)
+    with contextlib.suppress(ConflictError):
+        await run.put_keyed(
+            scope, one.key, content, tags=one.entry.tags, ttl=ttl, expected_revision=live.revision
         )
+
+
+async def _keep_registry(run: AsyncMemoryRun, scopes: _Scopes, writes: Iterable[PutOp]) -> None:
+    """Register each namespace the batch put into; prune each it only deleted from."""
+    put = {op.namespace for op in writes if op.value is not None}
+    deleted = {op.namespace for op in writes if op.value is None} - put
+    registry = await scopes.ref(None)
+    for namespace in sorted(put):
+        await _register(run, registry, _encode(namespace))
+    for namespace in sorted(deleted):
+        await _prune(run, scopes, namespace)
+
+
+async def _register(run: AsyncMemoryRun, registry: str, encoded: str) -> None:
+    if await _live(run, registry, encoded) is not None:
+        return
+    with contextlib.suppress(ConflictError):  # a concurrent put registered it first
+        await run.put_keyed(registry, encoded, encoded, expected_revision=0)
+
+
+async def _prune(run: AsyncMemoryRun, scopes: _Scopes, namespace: tuple[str, ...]) -> None:
+    """Drop an emptied namespace from the registry: check, delete, check again. A put into
+    the namespace registers after writing its item, so one landing between the checks is
+    seen by the second and registered again here, never lost from the registry."""
+    scope = await scopes.ref(namespace)
+    if await scopes.live_count(scope):
+        return
+    registry, encoded = await scopes.ref(None), _encode(namespace)
+    live = await _live(run, registry, encoded)
+    if live is not None:
+        await run.delete(registry, live.entry.id)
+    if await scopes.live_count(scope):
+        await _register(run, registry, encoded)
+
+
+async def _entries(run: AsyncMemoryRun, scope: str) -> list[MemoryEntry]:
+    """Every entry of ``scope`` in the run's snapshot, page by page (no cap)."""
+    entries: list[MemoryEntry] = []
+    cursor: str | None = None
+    while True:
+        page = await run.page(scope, limit=_SCAN, cursor=cursor)
+        entries.extend(page.entries)
+        if page.next_cursor is None:
+            return entries
+        cursor = page.next_cursor
+
+
+async def _namespaces(run: AsyncMemoryRun, scopes: _Scopes) -> list[tuple[str, ...]]:
+    """The registered namespaces in the run's snapshot, sorted (read once per batch)."""
+    if scopes.registered is None:
+        scopes.registered = await _read_registry(run, scopes)
+    return scopes.registered
+
+
+async def _read_registry(run: AsyncMemoryRun, scopes: _Scopes) -> list[tuple[str, ...]]:
+    found: set[tuple[str, ...]] = set()
+    for entry in await _entries(run, await scopes.ref(None)):
+        try:
+            namespace = json.loads(entry.content)
+        except ValueError:
+            continue  # not one of the store's registrations
+        if isinstance(namespace, list) and all(isinstance(part, str) for part in namespace):
+            found.add(tuple(namespace))
+    return sorted(found)
+
+
+async def _list_namespaces(
+    run: AsyncMemoryRun, scopes: _Scopes, op: ListNamespacesOp
+) -> list[tuple[str, ...]]:
+    namespaces = await _namespaces(run, scopes)
+    if op.match_conditions:
+        namespaces = [ns for ns in namespaces if all(_matches(c, ns) for c in op.match_conditions)]
+    if op.max_depth is not None:
+        namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
+    return namespaces[op.offset : op.offset + op.limit]
+
+
+async def _search_one(
+    run: AsyncMemoryRun, scope: str, namespace: tuple[str, ...], op: SearchOp
+) -> list[tuple[SearchItem, MemoryEntry]]:
+    """The items of one namespace a search returns, with their entries. A query search
+    reads at most ``_SCAN`` relevant entries (the sidecar's maximum for one search) and
+    skips items put with ``index=False``; a listing reads every page."""
+    if op.query:
+        entries = await run.search(scope, op.query, limit=_SCAN)
+    else:
+        entries = await _entries(run, scope)
+    found: list[tuple[SearchItem, MemoryEntry]] = []
+    for rank, entry in enumerate(entries):
+        if op.query and _UNINDEXED in entry.tags:
+            continue
+        item = _item(namespace, entry, SearchItem)
+        if item is None or not _passes(item, op.filter):
+            continue
+        if op.query:
+            item.score = 1.0 / (1 + rank)  # the sidecar's order, as a score
+        found.append((item, entry))
+    return found
+
+
+def _passes(item: SearchItem, wanted: dict[str, Any] | None) -> bool:
+    return not wanted or all(_compare(item.value.get(k), v) for k, v in wanted.items())
+
+
+def _body(entry: MemoryEntry) -> dict[str, Any] | None:
+    """The body ``entry`` stores, or None for an entry that is not one of the store's
+    (written to the scope by another client)."""
+    try:
+        body = json.loads(entry.content)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("key"), str):
+        return None
+    if not isinstance(body.get("value"), dict):
+        return None
+    return body
+
+
+def _item(namespace: tuple[str, ...], entry: MemoryEntry, cls: type[_I]) -> _I | None:
+    """The item (``Item`` or ``SearchItem``) ``entry`` stores, or None (see :func:`_body`).
+    Its update time is the revision's, unless a TTL refresh rewrote it (then the body's)."""
+    body = _body(entry)
+    if body is None:
+        return None
+    return cls(
+        namespace=namespace,
+        key=body["key"],
+        value=body["value"],
+        created_at=_time(body.get("createdAt"), entry.created_at),
+        updated_at=_time(body.get("updatedAt"), entry.created_at),
+    )
+
+
+def _time(stored: Any, otherwise: datetime) -> datetime:
+    return datetime.fromisoformat(stored) if isinstance(stored, str) else otherwise
 
 
 __all__ = ["KeyedEntry", "OpenWopStore"]
