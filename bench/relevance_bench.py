@@ -13,8 +13,9 @@ runs it alone.
   nobody wrote: the same cost, as a search reads only its own scope's index.
 - **Cost per put.** CPU per put of 1 KiB entries (every thread of the process: the writer's
   too), in three stores side by side: without the full-text index (never indexed), with it
-  (the batches after the puts counted in), and with it and the embedding (computed from the content as the service does,
-  and stored). The differences are what indexing and embedding add.
+  (the batches after the puts counted in), and with it and the embedding (computed from
+  the content as the service does, and stored). The differences are what indexing and
+  embedding add.
 - **Disk.** The database file of the big scope once checkpointed, scaled to 100k entries,
   and the shares of the full-text index and of the vectors.
 - **Recall@10** on the labelled set ``bench/data/relevance_set.json`` (106 entries, 34
