@@ -5,42 +5,21 @@ client's sequential calls, and CPU per call of the MCP server process and of the
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from openwop_memory_client import AsyncMemoryClient
 
 from bench.measure import percentile
-from bench.proc import ServerProcess, threads_cpu
+from bench.proc import ServerProcess, process_cpu_seconds, wait_for_socket
 from bench.report import Metric, SuiteResult
 
 TENANT = "bench-mcp"
-
-
-def _cpu_seconds(pid: int) -> float:
-    return sum(thread.seconds for thread in threads_cpu(pid).values())
-
-
-async def _wait_for_socket(path: Path, server: ServerProcess) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(str(path))
-                return
-            except OSError:
-                pass
-        assert server.proc is not None
-        assert server.proc.poll() is None, server.log_path.read_text()
-        assert time.monotonic() < deadline, f"{path} never listened"
-        await anyio.sleep(0.05)
 
 
 async def _timed(
@@ -49,13 +28,13 @@ async def _timed(
     """p50 seconds of ``calls`` sequential calls, and the CPU seconds per call of each pid."""
     for _ in range(max(10, calls // 10)):
         await call()
-    before = [_cpu_seconds(pid) for pid in pids]
+    before = [process_cpu_seconds(pid) for pid in pids]
     latencies: list[float] = []
     for _ in range(calls):
         start = time.perf_counter()
         await call()
         latencies.append(time.perf_counter() - start)
-    after = [_cpu_seconds(pid) for pid in pids]
+    after = [process_cpu_seconds(pid) for pid in pids]
     latencies.sort()
     return percentile(latencies, 0.5), [(a - b) / calls for a, b in zip(after, before, strict=True)]
 
@@ -84,10 +63,10 @@ async def run_mcp(sidecar_exe: str, workdir: Path, calls: int) -> SuiteResult:
     )
     sidecar.start()
     try:
-        await _wait_for_socket(sock, sidecar)
+        await wait_for_socket(sock, sidecar)
         mcp_server.start()
         try:
-            await _wait_for_socket(mcp_sock, mcp_server)
+            await wait_for_socket(mcp_sock, mcp_server)
             return await _measure(sock, mcp_sock, calls, sidecar.pid, mcp_server.pid)
         finally:
             mcp_server.stop(timeout=10)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import resource
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -251,3 +252,25 @@ def pinned(placement: dict[int, set[int]]) -> Iterator[None]:
         for pid, cpus in before.items():
             with suppress(ProcessLookupError, FileNotFoundError):
                 set_affinity(pid, cpus)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds of every thread of process ``pid`` so far."""
+    return sum(thread.seconds for thread in threads_cpu(pid).values())
+
+
+async def wait_for_socket(path: Path, server: ServerProcess) -> None:
+    """Return once ``path`` accepts a connection; AssertionError if ``server`` exits or
+    30 s pass first."""
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(path))
+                return
+            except OSError:
+                pass
+        assert server.proc is not None
+        assert server.proc.poll() is None, server.log_path.read_text()
+        assert time.monotonic() < deadline, f"{path} never listened"
+        await asyncio.sleep(0.05)

@@ -170,6 +170,13 @@ async def mcp_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_mcp(options.sidecar_exe, workdir, 200 if options.quick else 2000)
 
 
+async def model_suite(options: Options, workdir: Path) -> SuiteResult:
+    """A keyed put against a plain one, and the change feed's throughput and lag."""
+    from bench.model_bench import run_model
+
+    return await run_model(options.sidecar_exe, workdir, 100 if options.quick else 1000)
+
+
 async def conversations_suite(options: Options, workdir: Path) -> SuiteResult:
     """Evidence recall on long multi-session chats through a real sidecar, per mode (keyword,
     hybrid, and the in-process FTS5 and meaning-only baselines) and kind of question."""
@@ -191,6 +198,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("attack", attack_suite),
     ("deployment", deployment_suite),
     ("mcp", mcp_suite),
+    ("model", model_suite),
     ("conversations", conversations_suite),
 ]
 

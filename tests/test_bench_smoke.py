@@ -106,6 +106,18 @@ MCP = [  # bench/mcp_bench.py: one column, like the relevance rows
     "mcp: sidecar CPU per raw get",
     "mcp: sidecar CPU per tool call",
 ]
+MODEL = [  # bench/model_bench.py: one column (SQLite)
+    "model: plain put p50, 1 client",
+    "model: keyed put (supersede) p50, 1 client",
+    "model: keyed put p50 / plain put p50",
+    "model: sidecar CPU per plain put",
+    "model: sidecar CPU per keyed put",
+    "model: change feed records read",
+    "model: change feed read throughput (pages of 1000)",
+    "model: sidecar CPU per change record read",
+    "model: puts whose record is in the first feed read after the answer",
+    "model: change feed lag p50 (put answered to record read)",
+]
 CONVERSATIONS = [  # bench/conversations.py: recall per mode, rows of a table of its own too
     "conversations: turns loaded",
     "conversations: questions asked",
@@ -225,6 +237,7 @@ def test_quick_bench_prints_every_metric() -> None:
     expected += [(name, None) for name in RELEVANCE]
     expected += [(name, None) for name in DEPLOYMENT]
     expected += [(name, None) for name in MCP]
+    expected += [(name, None) for name in MODEL]
     expected += [(name, None) for name in CONVERSATIONS]
     for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"
