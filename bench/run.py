@@ -177,6 +177,13 @@ async def model_suite(options: Options, workdir: Path) -> SuiteResult:
     return await run_model(options.sidecar_exe, workdir, 100 if options.quick else 1000)
 
 
+async def langgraph_suite(options: Options, workdir: Path) -> SuiteResult:
+    """The LangGraph store against LangGraph's own SQLite and in-memory stores."""
+    from bench.langgraph_bench import run_langgraph  # the client's [langgraph] extra
+
+    return await run_langgraph(options.sidecar_exe, workdir, 50 if options.quick else 500)
+
+
 async def conversations_suite(options: Options, workdir: Path) -> SuiteResult:
     """Evidence recall on long multi-session chats through a real sidecar, per mode (keyword,
     hybrid, and the in-process FTS5 and meaning-only baselines) and kind of question."""
@@ -199,6 +206,7 @@ SUITES: list[tuple[str, Suite]] = [
     ("deployment", deployment_suite),
     ("mcp", mcp_suite),
     ("model", model_suite),
+    ("langgraph", langgraph_suite),
     ("conversations", conversations_suite),
 ]
 

@@ -118,6 +118,16 @@ MODEL = [  # bench/model_bench.py: one column (SQLite)
     "model: puts whose record is in the first feed read after the answer",
     "model: change feed lag p50 (put answered to record read)",
 ]
+LANGGRAPH = [  # bench/langgraph_bench.py: one column
+    f"langgraph: {op} p50, {store}"
+    for op in ("aput", "aget", "asearch")
+    for store in (
+        "OpenWopStore (SQLite sidecar)",
+        "LangGraph's AsyncSqliteStore",
+        "LangGraph's InMemoryStore",
+        "ours / AsyncSqliteStore's",
+    )
+]
 CONVERSATIONS = [  # bench/conversations.py: recall per mode, rows of a table of its own too
     "conversations: turns loaded",
     "conversations: questions asked",
@@ -238,6 +248,7 @@ def test_quick_bench_prints_every_metric() -> None:
     expected += [(name, None) for name in DEPLOYMENT]
     expected += [(name, None) for name in MCP]
     expected += [(name, None) for name in MODEL]
+    expected += [(name, None) for name in LANGGRAPH]
     expected += [(name, None) for name in CONVERSATIONS]
     for name, column in expected:
         assert name in table_rows, f"no table row {name!r}:\n{proc.stdout}"

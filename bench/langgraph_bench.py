@@ -1,0 +1,103 @@
+"""The LangGraph store (``openwop_memory_client.langgraph_store.OpenWopStore``, on a SQLite
+sidecar) against LangGraph's own stores on the same machine: ``AsyncSqliteStore`` (the
+``langgraph-checkpoint-sqlite`` package, a file of its own) and ``InMemoryStore`` (no
+persistence, the floor). One caller's sequential ``aput``, ``aget`` and ``asearch`` (a
+namespace of :data:`ITEMS` items, a filter on one field, limit 10), p50 of each, and the
+ratio of ours to LangGraph's SQLite store. Each call of ours is one OpenWOP run (a
+snapshot, the redaction of the value, a durable commit), which LangGraph's stores do not
+have; the ratio is what that costs."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+from langgraph.store.sqlite.aio import AsyncSqliteStore
+from openwop_memory_client.langgraph_store import OpenWopStore
+
+from bench.measure import percentile
+from bench.proc import ServerProcess, wait_for_socket
+from bench.report import Metric, SuiteResult
+
+ITEMS = 200
+NAMESPACE = ("users", "ana", "memories")
+
+
+async def run_langgraph(sidecar_exe: str, workdir: Path, calls: int) -> SuiteResult:
+    """The suite: ``calls`` sequential calls of each kind on each store."""
+    exe = sidecar_exe or os.path.join(os.path.dirname(sys.executable), "openwop-memory")
+    sock = workdir / "memory.sock"
+    sidecar = ServerProcess(
+        [exe, "serve", "--socket", str(sock), "--database", f"sqlite:///{workdir}/memory.db"],
+        workdir / "sidecar.log",
+    )
+    sidecar.start()
+    try:
+        await wait_for_socket(sock, sidecar)
+        ours = await _p50s(OpenWopStore(str(sock), tenant="bench-langgraph"), calls)
+        async with _langgraph_sqlite(workdir / "langgraph.db") as store:
+            theirs = await _p50s(store, calls)
+        floor = await _p50s(InMemoryStore(), calls)
+    finally:
+        sidecar.stop(timeout=10)
+    metrics = []
+    for op in ("aput", "aget", "asearch"):
+        metrics += [
+            Metric(f"langgraph: {op} p50, OpenWopStore (SQLite sidecar)", ours[op] * 1e6, "us"),
+            Metric(f"langgraph: {op} p50, LangGraph's AsyncSqliteStore", theirs[op] * 1e6, "us"),
+            Metric(f"langgraph: {op} p50, LangGraph's InMemoryStore", floor[op] * 1e6, "us"),
+            Metric(f"langgraph: {op} p50, ours / AsyncSqliteStore's", ours[op] / theirs[op], "x"),
+        ]
+    return SuiteResult(metrics=metrics)
+
+
+@asynccontextmanager
+async def _langgraph_sqlite(path: Path) -> AsyncIterator[AsyncSqliteStore]:
+    async with AsyncSqliteStore.from_conn_string(str(path)) as store:
+        await store.setup()
+        yield store
+
+
+async def _p50s(store: BaseStore, calls: int) -> dict[str, float]:
+    """p50 seconds of ``aput``, ``aget`` and ``asearch`` on ``store``, after :data:`ITEMS`
+    items were put (the first ``calls // 10`` of each kind unmeasured)."""
+    for number in range(ITEMS):
+        await store.aput(NAMESPACE, f"item{number}", _value(number))
+
+    async def put(number: int) -> None:
+        await store.aput(NAMESPACE, f"item{number % ITEMS}", _value(number))
+
+    async def get(number: int) -> None:
+        assert await store.aget(NAMESPACE, f"item{number % ITEMS}") is not None
+
+    async def search(number: int) -> None:
+        found = await store.asearch(NAMESPACE, filter={"topic": f"t{number % 5}"}, limit=10)
+        assert found
+
+    return {
+        "aput": await _p50(put, calls),
+        "aget": await _p50(get, calls),
+        "asearch": await _p50(search, calls),
+    }
+
+
+def _value(number: int) -> dict[str, object]:
+    return {"topic": f"t{number % 5}", "text": f"Ana mentioned thing number {number} today"}
+
+
+async def _p50(call: Callable[[int], Awaitable[None]], calls: int) -> float:
+    for number in range(max(5, calls // 10)):
+        await call(number)
+    latencies = []
+    for number in range(calls):
+        start = time.perf_counter()
+        await call(number)
+        latencies.append(time.perf_counter() - start)
+    latencies.sort()
+    return percentile(latencies, 0.5)
