@@ -10,10 +10,15 @@ from openwop_memory.storage.sqlite import SqliteStorage
 
 
 @contextlib.asynccontextmanager
-async def opened(path: Path, **kwargs: object) -> AsyncIterator[SqliteStorage]:
+async def opened(
+    path: Path, *, background_keywords: bool = False, **kwargs: object
+) -> AsyncIterator[SqliteStorage]:
     """The store at ``path`` opened with ``kwargs``; closed on the way out, with any
-    ``before_statement`` seam a test set removed first (the close commits and checkpoints)."""
+    ``before_statement`` seam a test set removed first (the close commits and checkpoints).
+    The keyword indexer's background commits are off unless asked for: they would land
+    among the commits these tests count and fault (a search still indexes what it needs)."""
     store = SqliteStorage(str(path), **kwargs)  # type: ignore[arg-type]
+    store.keywords.background = background_keywords
     await store.open()
     try:
         yield store
