@@ -9,8 +9,6 @@ have; the ratio is what that costs."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +20,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 from openwop_memory_client.langgraph_store import OpenWopStore
 
 from bench.measure import percentile
-from bench.proc import ServerProcess, wait_for_socket
+from bench.proc import sqlite_sidecar
 from bench.report import Metric, SuiteResult
 
 ITEMS = 200
@@ -31,21 +29,11 @@ NAMESPACE = ("users", "ana", "memories")
 
 async def run_langgraph(sidecar_exe: str, workdir: Path, calls: int) -> SuiteResult:
     """The suite: ``calls`` sequential calls of each kind on each store."""
-    exe = sidecar_exe or os.path.join(os.path.dirname(sys.executable), "openwop-memory")
-    sock = workdir / "memory.sock"
-    sidecar = ServerProcess(
-        [exe, "serve", "--socket", str(sock), "--database", f"sqlite:///{workdir}/memory.db"],
-        workdir / "sidecar.log",
-    )
-    sidecar.start()
-    try:
-        await wait_for_socket(sock, sidecar)
+    async with sqlite_sidecar(sidecar_exe, workdir) as (sock, _):
         ours = await _p50s(OpenWopStore(str(sock), tenant="bench-langgraph"), calls)
-        async with _langgraph_sqlite(workdir / "langgraph.db") as store:
-            theirs = await _p50s(store, calls)
-        floor = await _p50s(InMemoryStore(), calls)
-    finally:
-        sidecar.stop(timeout=10)
+    async with _langgraph_sqlite(workdir / "langgraph.db") as store:
+        theirs = await _p50s(store, calls)
+    floor = await _p50s(InMemoryStore(), calls)
     metrics = []
     for op in ("aput", "aget", "asearch"):
         metrics += [

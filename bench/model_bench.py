@@ -7,8 +7,6 @@ written in the put's transaction, so on the first read after the answer)."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,7 +14,7 @@ from pathlib import Path
 from openwop_memory_client import AsyncMemoryClient, AsyncMemoryRun
 
 from bench.measure import percentile
-from bench.proc import ServerProcess, process_cpu_seconds, wait_for_socket
+from bench.proc import process_cpu_seconds, sqlite_sidecar
 from bench.report import Metric, SuiteResult
 
 TENANT = "bench-model"
@@ -26,18 +24,8 @@ ROUNDS = 3
 
 async def run_model(sidecar_exe: str, workdir: Path, puts: int) -> SuiteResult:
     """The suite: ``puts`` keyed and ``puts`` plain puts in each of :data:`ROUNDS` rounds."""
-    exe = sidecar_exe or os.path.join(os.path.dirname(sys.executable), "openwop-memory")
-    sock = workdir / "memory.sock"
-    sidecar = ServerProcess(
-        [exe, "serve", "--socket", str(sock), "--database", f"sqlite:///{workdir}/memory.db"],
-        workdir / "sidecar.log",
-    )
-    sidecar.start()
-    try:
-        await wait_for_socket(sock, sidecar)
+    async with sqlite_sidecar(sidecar_exe, workdir) as (sock, sidecar):
         return await _measure(sock, puts, sidecar.pid)
-    finally:
-        sidecar.stop(timeout=10)
 
 
 async def _timed(

@@ -8,9 +8,10 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,3 +275,22 @@ async def wait_for_socket(path: Path, server: ServerProcess) -> None:
         assert server.proc.poll() is None, server.log_path.read_text()
         assert time.monotonic() < deadline, f"{path} never listened"
         await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def sqlite_sidecar(exe: str, workdir: Path) -> AsyncIterator[tuple[Path, ServerProcess]]:
+    """``openwop-memory serve`` (``exe``, or the one beside this Python) on a SQLite
+    database in ``workdir``, once its socket accepts: the socket and the process; stopped
+    on the way out."""
+    exe = exe or os.path.join(os.path.dirname(sys.executable), "openwop-memory")
+    sock = workdir / "memory.sock"
+    sidecar = ServerProcess(
+        [exe, "serve", "--socket", str(sock), "--database", f"sqlite:///{workdir}/memory.db"],
+        workdir / "sidecar.log",
+    )
+    sidecar.start()
+    try:
+        await wait_for_socket(sock, sidecar)
+        yield sock, sidecar
+    finally:
+        sidecar.stop(timeout=10)

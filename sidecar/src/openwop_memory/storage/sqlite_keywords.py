@@ -64,8 +64,6 @@ class KeywordIndexer:
         self._writer = writer
         # A lower bound of the database's position: this process's commits only.
         self.indexed_seq = 0
-        self.indexed = 0  # rows this process indexed
-        self.failed_batches = 0
         # False leaves all indexing to the searches (a benchmark measures a put alone so).
         self.background = True
         self._task: asyncio.Task[None] | None = None
@@ -78,7 +76,6 @@ class KeywordIndexer:
         """
         position, count = await self._writer.write(index_batch)
         self.indexed_seq = max(self.indexed_seq, position)
-        self.indexed += count
         return int(count)
 
     async def through(self, position: int) -> None:
@@ -136,7 +133,6 @@ class KeywordIndexer:
                 if not self._again:
                     return
         except MemoryServiceError as exc:
-            self.failed_batches += 1
             log.warning("keyword_indexing_failed", reason=exc.details.get("reason", exc.code))
 
     async def close(self) -> None:
