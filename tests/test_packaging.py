@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,11 +25,18 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # From a copy: an sdist build writes build/, *.egg-info and a release tree into the
+    # project, and tests running beside this one copy those projects (the image's build
+    # stage, the install page) and must not see a directory vanish under them.
+    sources = tmp_path_factory.mktemp("sources")
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    for project in ("client", "sidecar"):
+        shutil.copytree(ROOT / project, sources / project, ignore=ignore)
     for project in ("client", "sidecar"):
         # Without isolation: the build uses this environment's setuptools, fetching nothing.
         subprocess.run(
             [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), project],
-            cwd=ROOT,
+            cwd=sources,
             check=True,
             capture_output=True,
             timeout=300,
