@@ -20,8 +20,8 @@ from pathlib import Path
 import anyio
 import pytest
 from openwop_memory.storage.base import EntryRow, PutOutcome, Scope
-from openwop_memory.storage.sqlite import SqliteStorage
-from openwop_memory.storage.sqlite_writer import Txn
+from openwop_memory.storage.sqlite.backend import SqliteStorage
+from openwop_memory.storage.sqlite.writer import Txn
 from openwop_memory_client import UpstreamUnavailableError
 from support.protocol import new_run, put
 from support.sidecar import Sidecar

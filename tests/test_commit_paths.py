@@ -17,9 +17,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from openwop_memory.storage import sqlite_writer
 from openwop_memory.storage.base import EntryRow, RunKey, Scope, Snapshot
-from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.sqlite import writer as sqlite_writer
+from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.timefmt import now_us
 from support.sqlite_store import opened
 from support.store import fresh_snapshot, put_request, stored

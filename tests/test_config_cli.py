@@ -28,11 +28,11 @@ from openwop_memory.config import (
     DEPRECATED,
     GROUPS,
     ConfigError,
-    SqliteSettings,
     host_and_port,
     load_settings,
     setting_fields,
 )
+from openwop_memory.storage.sqlite.settings import SqliteSettings
 from support.sidecar import EXE, RawClient, Sidecar, run_cli
 
 # What this module tests sits above storage (connections, listeners, settings, keyrings,

@@ -28,7 +28,7 @@ from openwop_memory.cli import transfer as cli_transfer
 from openwop_memory.cli.main import _health_parser
 from openwop_memory.config import Settings, load_settings
 from openwop_memory.server import descriptors_wanted
-from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.systemd import WORKER_SOCKET_NAMES
 from openwop_memory.wire.access_log import CLIENT_ERROR_LINES_PER_SECOND
 from openwop_memory_client._async_client import SOCKET_ENV, default_socket_path

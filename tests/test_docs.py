@@ -70,7 +70,7 @@ def test_the_documented_health_thresholds_are_the_real_ones(tmp_path: Path) -> N
     """docs/configuration.md and PROTOCOL.md give ``disk_full`` as under 16 MiB free and
     ``writer_stuck`` as a commit in flight past the busy timeout plus 10 s: the constants say
     the same."""
-    from openwop_memory.storage import sqlite
+    from openwop_memory.storage.sqlite import backend as sqlite
 
     assert sqlite._LOW_DISK_BYTES == 16 << 20
     store = sqlite.SqliteStorage(str(tmp_path / "x.db"), busy_timeout_ms=2500)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from openwop_memory.storage import postgresql_schema, sqlite_schema
 from openwop_memory.storage.base import PutOutcome, PutRequest, Scope
+from openwop_memory.storage.postgresql import schema as postgresql_schema
+from openwop_memory.storage.sqlite import schema as sqlite_schema
 from openwop_memory_client import ConflictError, MemoryClient, MemoryValidationError
 from support import backends
 from support.names import uid

@@ -17,8 +17,8 @@ from pathlib import Path
 import anyio.from_thread
 import pytest
 from openwop_memory.storage.base import DatabaseInUseError
-from openwop_memory.storage.postgresql_serve_lock import AdvisoryServeLock
-from openwop_memory.storage.sqlite_serve_lock import SUFFIX
+from openwop_memory.storage.postgresql.serve_lock import AdvisoryServeLock
+from openwop_memory.storage.sqlite.serve_lock import SUFFIX
 from support.backends import BACKENDS, Backend
 from support.protocol import begin, issue, list_all, put
 from support.sidecar import RawClient, Sidecar, run_cli

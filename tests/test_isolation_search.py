@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import EntryRow, Scope, StoredEntry
-from openwop_memory.storage.sqlite import SqliteStorage, _keyword_query
+from openwop_memory.storage.sqlite.backend import SqliteStorage, _keyword_query
 from openwop_memory.timefmt import now_us
 from support.store import fresh_snapshot, put_request, stored
 

@@ -1,5 +1,5 @@
 """SQLite's keyword index is written after the put's commit, and a search at a snapshot
-ranks the same whether or not the background has caught up (storage/sqlite_keywords.py)."""
+ranks the same whether or not the background has caught up (storage/sqlite/keywords.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import cast
 import anyio
 import pytest
 from openwop_memory.storage.base import EntryRow, Scope, Snapshot
-from openwop_memory.storage.sqlite import SqliteStorage
-from openwop_memory.storage.sqlite_keywords import BATCH
+from openwop_memory.storage.sqlite.backend import SqliteStorage
+from openwop_memory.storage.sqlite.keywords import BATCH
 from openwop_memory.timefmt import now_us
 from support.on_disk import query
 from support.store import fresh_snapshot, put_request, stored

@@ -23,7 +23,8 @@ NOT_AT_STARTUP = [
     "oslash",
     "tomllib",  # a config file only
     "openwop_memory.service.secrets_directory",  # secrets_dir only
-    "openwop_memory.storage.postgresql",
+    "openwop_memory.storage.postgresql.backend",
+    "openwop_memory.storage.postgresql.factory",
     "openwop_memory_client._async_client",  # the client classes, not their errors and models
     "openwop_memory_client._sync_client",
     "openwop_memory_client._convert",
@@ -74,7 +75,7 @@ def test_serving_imports_nothing_only_other_paths_need(tmp_path: Path) -> None:
         "        pass\n"
         "anyio.run(start)\n"
     )
-    assert "openwop_memory.storage.sqlite" in loaded  # the probe did reach the server stack
+    assert "openwop_memory.storage.sqlite.backend" in loaded  # the probe did reach the server stack
     assert "openwop_memory.wire.dispatch" in loaded
     assert [m for m in NOT_AT_STARTUP if m in loaded] == []
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from openwop_memory.storage import postgresql_schema
+from openwop_memory.storage.postgresql import schema as postgresql_schema
 from support.backends import BACKENDS, POSTGRES, Backend
 from support.polling import wait_for
 from support.postgres import PgBouncer, PostgresServer
@@ -443,7 +443,7 @@ async def test_a_sidecar_with_a_skewed_clock_judges_time_by_the_database(
 ) -> None:
     """This host's clock an hour fast: the store's clock (what expiry and retention are
     judged by) is still the database's, and createdAt too."""
-    import openwop_memory.storage.postgresql as backend
+    import openwop_memory.storage.postgresql.backend as backend
     from openwop_memory.storage.base import PutOutcome, Scope
     from openwop_memory.timefmt import now_us
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 from openwop_memory.retrieval.text import query_terms
-from openwop_memory.storage import postgresql_schema, sqlite_schema
 from openwop_memory.storage.base import (
     ListFilter,
     Scope,
     Snapshot,
     Storage,
 )
+from openwop_memory.storage.postgresql import schema as postgresql_schema
+from openwop_memory.storage.sqlite import schema as sqlite_schema
 from openwop_memory.timefmt import now_us
 from openwop_memory.token_count import estimate_tokens
 from support.backends import Backend

@@ -4,7 +4,7 @@ storage stopped raising them (message, code and ``details``, nothing more)."""
 from __future__ import annotations
 
 import pytest
-from openwop_memory.storage import sqlite_schema
+from openwop_memory.storage.sqlite import schema as sqlite_schema
 from support.backends import selected
 from support.schemas import check_envelope
 from support.sidecar import RawClient, RpcError

@@ -11,7 +11,7 @@ import pytest
 from openwop_memory.config import Settings
 from openwop_memory.storage.base import StorageStartupError
 from openwop_memory.storage.registry import SCHEMES, create_storage, factory_for, scheme_of
-from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.sqlite.backend import SqliteStorage
 
 pytestmark = pytest.mark.backend_independent
 
@@ -23,7 +23,7 @@ def test_sqlite_url_makes_a_sqlite_store_with_the_group_settings(tmp_path: Path)
             "sqlite": {"synchronous": "FULL", "busy_timeout": "250ms", "read_connections": 3},
         }
     )
-    store = create_storage(settings)
+    store = create_storage(settings.database, settings, create=True)
     assert isinstance(store, SqliteStorage)
     assert store.path == f"{tmp_path}/memory.db"
     assert store.synchronous == "FULL"
@@ -37,10 +37,10 @@ def test_only_the_configured_backend_is_imported() -> None:
         "import sys\n"
         "from openwop_memory.config import Settings\n"
         "from openwop_memory.storage.registry import create_storage\n"
-        "create_storage(Settings(database='sqlite:///x.db'))\n"
+        "create_storage('sqlite:///x.db', Settings(), create=True)\n"
         "assert 'asyncpg' not in sys.modules, 'asyncpg imported'\n"
-        "assert 'openwop_memory.storage.postgresql' not in sys.modules\n"
-        "create_storage(Settings(database='postgresql://u@/d?host=/nowhere'))\n"
+        "assert 'openwop_memory.storage.postgresql.backend' not in sys.modules\n"
+        "create_storage('postgresql://u@/d?host=/nowhere', Settings(), create=True)\n"
         "assert 'asyncpg' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -60,15 +60,17 @@ def test_scheme_of() -> None:
 
 
 def test_backends_are_imported_lazily() -> None:
-    """Loading the settings and the server imports no backend module and no database
-    driver; making the SQLite store imports SQLite's module only."""
+    """Loading the settings and the server imports no backend module (the backends'
+    settings models only) and no database driver; making the SQLite store imports SQLite's
+    modules only."""
     probe = (
         "import sys\n"
         "import openwop_memory.server\n"
         "from openwop_memory.config import Settings\n"
         "from openwop_memory.storage.registry import create_storage\n"
         "before = set(sys.modules)\n"
-        "create_storage(Settings())\n"
+        "settings = Settings()\n"
+        "create_storage(settings.database, settings, create=True)\n"
         "after = set(sys.modules)\n"
         "print(sorted(m for m in before if m.startswith('openwop_memory.storage')))\n"
         "print(sorted(m for m in after - before if m.startswith('openwop_memory.storage')))\n"
@@ -79,6 +81,23 @@ def test_backends_are_imported_lazily() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     before, added, drivers = map(ast.literal_eval, result.stdout.splitlines())
-    assert not [m for m in before if "sqlite" in m], before
-    assert {"openwop_memory.storage.sqlite", "openwop_memory.storage.sqlite_factory"} <= set(added)
+    settings_only = {f"openwop_memory.storage.{b}{m}" for b in SCHEMES for m in ("", ".settings")}
+    assert {m for m in before if "sqlite" in m or "postgresql" in m} <= settings_only, before
+    assert {
+        "openwop_memory.storage.sqlite.backend",
+        "openwop_memory.storage.sqlite.factory",
+    } <= set(added)
+    assert not [m for m in added if "postgresql" in m], added
     assert drivers == []
+
+
+def test_every_registered_scheme_has_its_settings_table() -> None:
+    """A backend's ``[scheme]`` table is a field of ``Settings`` typed by the model the
+    registry names, so a new backend cannot be registered without being configurable."""
+    from openwop_memory.config import GROUPS
+    from openwop_memory.storage.registry import BACKENDS
+
+    for scheme, backend in BACKENDS.items():
+        assert Settings.model_fields[scheme].annotation is backend.settings
+        assert GROUPS[scheme] is backend.settings
+        assert isinstance(getattr(Settings(), scheme), backend.settings)

@@ -26,8 +26,8 @@ from openwop_memory.app import open_app
 from openwop_memory.config import Settings
 from openwop_memory.errors import StartupError
 from openwop_memory.server import Server
-from openwop_memory.storage.sqlite import SqliteStorage
-from openwop_memory.storage.sqlite_writer import Txn
+from openwop_memory.storage.sqlite.backend import SqliteStorage
+from openwop_memory.storage.sqlite.writer import Txn
 from openwop_memory.systemd import (
     PassedDescriptor,
     SystemdEnvironment,

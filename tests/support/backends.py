@@ -30,7 +30,7 @@ class Backend:
         """A new, unopened store on the database ``path``, with ``group`` as its backend
         settings (``[sqlite]`` keys for SQLite)."""
         settings = Settings.model_validate({"database": self.url_for(path), self.name: group})
-        return create_storage(settings)
+        return create_storage(settings.database, settings, create=settings.create_database)
 
 
 def _sqlite_url(path: Path) -> str:

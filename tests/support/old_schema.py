@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg
-from openwop_memory.storage import postgresql_schema, sqlite_schema
+from openwop_memory.storage.postgresql import schema as postgresql_schema
+from openwop_memory.storage.sqlite import schema as sqlite_schema
 
 from support.backends import POSTGRES, Backend
 

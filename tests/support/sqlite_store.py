@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.sqlite.backend import SqliteStorage
 
 
 @contextlib.asynccontextmanager

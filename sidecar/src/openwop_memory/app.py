@@ -200,7 +200,7 @@ def _create_storage(settings: Settings) -> Storage:
     :raises StartupError: the URL names a backend this build does not have.
     """
     try:
-        return create_storage(settings)
+        return create_storage(settings.database, settings, create=settings.create_database)
     except StorageStartupError as exc:
         raise StartupError(str(exc)) from None
 

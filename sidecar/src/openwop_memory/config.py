@@ -32,24 +32,16 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .storage.registry import SCHEMES
+from .setting_types import UNITS, Seconds, SecondsOrOff, duration
+from .storage.postgresql.settings import PostgresqlSettings
+from .storage.registry import BACKENDS, SCHEMES
+from .storage.sqlite.settings import SqliteSettings
 
 ENV_PREFIX = "OPENWOP_MEMORY_"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 class ConfigError(Exception):
     """A setting is invalid; the message names it and its source."""
-
-
-def _duration(value: Any) -> Any:
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m is None:
-            raise ValueError("expected seconds or a duration such as 500ms, 60s, 5m, 2h, 7d")
-        return float(m.group(1)) * _UNITS[m.group(2)]
-    return value
 
 
 def host_and_port(address: str) -> tuple[str, int]:
@@ -86,76 +78,6 @@ def _octal_mode(value: Any) -> Any:
         if value & 0o600 != 0o600:
             raise ValueError("the owner needs read and write permission on the socket")
     return value
-
-
-Seconds = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
-# A duration where 0 switches the thing off.
-SecondsOrOff = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
-
-
-class SqliteSettings(BaseModel):
-    """The ``[sqlite]`` group: tuning of the SQLite backend (ignored by other backends)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    synchronous: Literal["NORMAL", "FULL", "EXTRA"] = Field(
-        default="NORMAL",
-        description="SQLite durability: NORMAL survives a crash of the process, FULL or EXTRA "
-        "also a power loss, at the cost of an fsync per commit",
-    )
-    busy_timeout: Seconds = Field(
-        default=5.0, description="how long a write waits for another process writing the same file"
-    )
-    read_connections: int = Field(
-        default=2, ge=1, le=64, description="read-only SQLite connections"
-    )
-    inline_point_reads: bool = Field(
-        default=True,
-        description="serve lookups by id on the event loop from a connection that never waits "
-        "for a lock; false keeps every read off the loop",
-    )
-    scope_cache_size: int = Field(
-        default=4096,
-        ge=1,
-        description="scope ids kept in memory (about 200 bytes each); a miss costs one "
-        "indexed lookup when writing",
-    )
-
-
-class PostgresqlSettings(BaseModel):
-    """The ``[postgresql]`` group: the PostgreSQL backend's pool (ignored by other backends)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    pool_min_size: int = Field(
-        default=1, ge=0, le=1000, description="connections the pool keeps open when idle"
-    )
-    pool_max_size: int = Field(
-        default=10,
-        ge=1,
-        le=1000,
-        description="most connections to the database at once (count them against the "
-        "server's max_connections, times the number of sidecars)",
-    )
-    connect_timeout: Seconds = Field(
-        default=5.0, description="how long opening a connection may take before a call fails"
-    )
-    command_timeout: Seconds = Field(
-        default=10.0,
-        description="how long a statement may take before the call fails with upstream_unavailable",
-    )
-    scope_cache_size: int = Field(
-        default=4096,
-        ge=1,
-        description="scope ids kept in memory (about 200 bytes each); a miss costs one "
-        "indexed lookup when writing",
-    )
-    prepared_statements: bool = Field(
-        default=True,
-        description="keep each connection's statements prepared (a round trip less per "
-        "statement); set false behind a pooler in transaction mode, such as PgBouncer "
-        "before 1.21",
-    )
 
 
 def _json_table(value: Any) -> Any:
@@ -400,7 +322,9 @@ class Settings(BaseModel):
 
 
 # Groups of backend settings: the Settings field and its model.
-GROUPS: dict[str, type[BaseModel]] = {"sqlite": SqliteSettings, "postgresql": PostgresqlSettings}
+GROUPS: dict[str, type[BaseModel]] = {
+    scheme: backend.settings for scheme, backend in BACKENDS.items()
+}
 
 # Old top-level spellings → the grouped setting they stand for.
 DEPRECATED: dict[str, str] = {
@@ -459,7 +383,7 @@ def spellings(name: str) -> str:
 
 def is_duration(field: FieldInfo) -> bool:
     """True if the setting takes a duration (``500ms``, ``7d``)."""
-    return any(getattr(m, "func", None) is _duration for m in field.metadata)
+    return any(getattr(m, "func", None) is duration for m in field.metadata)
 
 
 def choices_of(field: FieldInfo) -> tuple[str, ...]:
@@ -472,7 +396,7 @@ def choices_of(field: FieldInfo) -> tuple[str, ...]:
 def format_duration(seconds: float) -> str:
     """``7d``, ``5m``, ``2s``, ``500ms``: the largest unit that spells ``seconds`` exactly."""
     for unit in ("d", "h", "m", "s"):
-        count = seconds / _UNITS[unit]
+        count = seconds / UNITS[unit]
         if count >= 1 and count == int(count):
             return f"{int(count)}{unit}"
     return f"{seconds * 1000:g}ms"

@@ -326,7 +326,7 @@ def _new_sqlite_file(database: str) -> str | None:
     what it created), else ``None``."""
     if not database.startswith("sqlite://"):
         return None
-    from ..storage.sqlite_factory import sqlite_path
+    from ..storage.sqlite.factory import sqlite_path
 
     path = sqlite_path(database)
     return None if os.path.exists(path) else path

@@ -77,7 +77,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> str:
     from ..storage.registry import create_storage
 
     try:
-        storage = create_storage(settings)
+        storage = create_storage(settings.database, settings, create=settings.create_database)
     except StorageStartupError as exc:
         raise _Failed(str(exc)) from None
     if args.command == "export":

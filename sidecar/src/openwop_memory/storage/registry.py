@@ -1,30 +1,43 @@
-"""Storage backends by URL scheme, each imported only when its scheme is used.
+"""Storage backends by URL scheme: each scheme's settings model, and its factory, imported
+only when the scheme is used.
 
-A backend module is named here, not imported, so an install with SQLite only never imports
-a PostgreSQL driver (or anything of a backend it does not use).
+A backend's settings model is pydantic only (``<backend>/settings.py``), so ``config`` can
+validate every scheme's table; its factory is named here, not imported, so an install with
+SQLite only never imports a PostgreSQL driver (or anything of a backend it does not use).
+A factory receives the URL, its own group of settings and whether it may create the
+database; it never sees the daemon's ``Settings`` (storage does not import ``config``).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
 
 from .base import Storage, StorageStartupError
+from .postgresql.settings import PostgresqlSettings
+from .sqlite.settings import SqliteSettings
 
-if TYPE_CHECKING:
-    from ..config import Settings
+Factory = Callable[..., Storage]
 
-Factory = Callable[[str, "Settings"], Storage]
 
-# scheme → "module:function" (relative to this package) making the backend from the URL and
-# the settings, or None for a scheme the settings accept but this build has no backend for.
-_BACKENDS: dict[str, str | None] = {
-    "sqlite": ".sqlite_factory:create",
-    "postgresql": ".postgresql_factory:create",
+class Backend(NamedTuple):
+    """One scheme's backend: the model of its ``[scheme]`` settings table, and its factory
+    as ``"module:function"`` relative to this package (``None``: the settings accept the
+    scheme but this build has no backend for it)."""
+
+    settings: type[BaseModel]
+    factory: str | None
+
+
+BACKENDS: dict[str, Backend] = {
+    "sqlite": Backend(SqliteSettings, ".sqlite.factory:create"),
+    "postgresql": Backend(PostgresqlSettings, ".postgresql.factory:create"),
 }
 
-SCHEMES: tuple[str, ...] = tuple(_BACKENDS)
+SCHEMES: tuple[str, ...] = tuple(BACKENDS)
 
 
 def scheme_of(url: str) -> str:
@@ -34,27 +47,30 @@ def scheme_of(url: str) -> str:
 
 
 def factory_for(url: str) -> Factory:
-    """The factory of the backend for ``url``, importing its module now.
+    """The factory of the backend for ``url``, importing its module now. It is called as
+    ``factory(url, group, create=...)``.
 
     :raises StorageStartupError: no backend of this build serves the URL's scheme.
     """
     scheme = scheme_of(url)
-    target = _BACKENDS.get(scheme)
-    if target is None:
-        if scheme in _BACKENDS:
+    backend = BACKENDS.get(scheme)
+    if backend is None or backend.factory is None:
+        if backend is not None:
             raise StorageStartupError(
                 f"this build has no {scheme} backend yet; use a sqlite:/// database"
             )
         known = ", ".join(f"{s}://" for s in SCHEMES)
         raise StorageStartupError(f"unknown database URL scheme {scheme!r}; expected {known}")
-    module_name, _, attribute = target.partition(":")
+    module_name, _, attribute = backend.factory.partition(":")
     factory: Factory = getattr(importlib.import_module(module_name, __package__), attribute)
     return factory
 
 
-def create_storage(settings: Settings) -> Storage:
-    """The (not yet opened) backend for ``settings.database``.
+def create_storage(url: str, groups: Any, *, create: bool) -> Storage:
+    """The (not yet opened) backend for ``url``, tuned by its scheme's group of ``groups``
+    (any object with an attribute per scheme, such as the daemon's settings).
 
     :raises StorageStartupError: no backend serves the URL, or its settings are unusable.
     """
-    return factory_for(settings.database)(settings.database, settings)
+    factory = factory_for(url)
+    return factory(url, getattr(groups, scheme_of(url)), create=create)

@@ -10,7 +10,7 @@ while its connection is down, the lock guards nothing (the sidecar logs
 ``serve_lock_lost``). Behind a pooler in transaction mode, a session lock lands on some
 server connection: run an import against the server itself.
 
-The caller translates the driver's errors (``postgresql_errors.startup_error``).
+The caller translates the driver's errors (``errors.startup_error``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import anyio
 import asyncpg
 import structlog
 
-from .base import DatabaseInUseError
+from ..base import DatabaseInUseError
 
 log = structlog.get_logger("openwop_memory.storage")
 

@@ -76,10 +76,10 @@ import anyio
 import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
 
-from ..timefmt import now_us as wall_clock_us
-from .base import Scope
-from .sqlite_errors import translate_errors
-from .sqlite_thread import WriterThread
+from ...timefmt import now_us as wall_clock_us
+from ..base import Scope
+from .errors import translate_errors
+from .thread import WriterThread
 
 # A commit on the loop that takes longer and waited for the disk meanwhile holds up every
 # request: commits move to the writer thread for _OFF_LOOP_FIRST_S, twice as long after

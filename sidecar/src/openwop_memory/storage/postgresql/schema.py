@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..token_count import estimate_tokens
+from ...token_count import estimate_tokens
 
 # A text search configuration, spelt once: the put, the backfill and the query must agree.
 SEARCH_CONFIG = "english"

@@ -10,8 +10,8 @@ from urllib.parse import unquote, urlsplit
 import asyncpg
 from openwop_memory_client import UpstreamUnavailableError
 
-from ..logs import describe_exception
-from .base import DatabaseUnreachableError, StorageStartupError
+from ...logs import describe_exception
+from ..base import DatabaseUnreachableError, StorageStartupError
 
 # The connection is unusable (closed, reset, its backend terminated, a broken protocol
 # state: asyncpg's InternalClientError), or the server did not answer in time.

@@ -4,7 +4,7 @@ One writer connection applies every write of this process, each caller answered 
 its commit. Reads go to a small pool of read-only aiosqlite connections, which WAL lets run
 beside the writer.
 
-Writes go through group commit (:mod:`.sqlite_writer`): puts, deletes and run begins commit
+Writes go through group commit (:mod:`.writer`): puts, deletes and run begins commit
 on the event loop when ``synchronous`` is NORMAL (no fsync per commit), anything else on the
 writer thread; a thread of its own checkpoints the WAL.
 
@@ -43,11 +43,11 @@ import orjson
 import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
-from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
-from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
-from ..timefmt import now_us as wall_clock_us
-from ..token_count import estimate_tokens
-from .base import (
+from ...domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ...retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
+from ...timefmt import now_us as wall_clock_us
+from ...token_count import estimate_tokens
+from ..base import (
     KEY_CONFLICT,
     PENDING_VECTOR,
     REFUSED,
@@ -78,12 +78,12 @@ from .base import (
     classify_run,
     replayed,
 )
-from .scope_cache import ScopeCache
-from .sqlite_errors import translate_errors, translated
-from .sqlite_keywords import KeywordIndexer
-from .sqlite_schema import LATEST_VERSION, MIGRATIONS
-from .sqlite_serve_lock import FileServeLock
-from .sqlite_writer import (
+from ..scope_cache import ScopeCache
+from .errors import translate_errors, translated
+from .keywords import KeywordIndexer
+from .schema import LATEST_VERSION, MIGRATIONS
+from .serve_lock import FileServeLock
+from .writer import (
     BATCH_BUCKETS,
     WAL_CHECKPOINT_BYTES,
     EntryInsert,
@@ -94,7 +94,7 @@ from .sqlite_writer import (
 )
 
 if TYPE_CHECKING:
-    from .vector_cache import VectorCache
+    from ..vector_cache import VectorCache
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -330,7 +330,7 @@ class SqliteStorage:
     def _vectors(self) -> VectorCache:
         """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
         if self._vectors_cache is None:
-            from .vector_cache import VectorCache
+            from ..vector_cache import VectorCache
 
             self._vectors_cache = VectorCache()
         return self._vectors_cache
@@ -437,7 +437,7 @@ class SqliteStorage:
             for pragma in self._pragmas():
                 conn.execute(pragma)
             # SQLite's own checkpoint would run inside a commit, possibly on the loop; the
-            # checkpoint thread checkpoints instead (see sqlite_writer).
+            # checkpoint thread checkpoints instead (see writer.py).
             conn.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException:
             conn.close()
@@ -874,7 +874,7 @@ class SqliteStorage:
         if vector is None:
             return [row._replace(score=score) for _, score, row in await keyword(limit)]
         # Imported here: numpy comes with the search extra, which a vector implies.
-        from .vector_cache import hybrid_search
+        from ..vector_cache import hybrid_search
 
         return await hybrid_search(
             keyword=keyword,

@@ -24,7 +24,7 @@ import asyncio
 import structlog
 from openwop_memory_client import MemoryServiceError
 
-from .sqlite_writer import GroupCommit, Txn
+from .writer import GroupCommit, Txn
 
 log = structlog.get_logger("openwop_memory.storage")
 

@@ -1,7 +1,7 @@
 """PostgreSQL storage (asyncpg, a bounded pool): one memory shared by many sidecars.
 
 **Snapshots.** Every write of a tenant first takes that tenant's clock row
-(``tenant_clocks``, see :mod:`.postgresql_schema`) with an upsert that increments it, and
+(``tenant_clocks``, see :mod:`.schema`) with an upsert that increments it, and
 holds its lock until COMMIT. Sequence numbers of a tenant are therefore handed out in commit
 order, and ``run.begin`` (which takes the same row) records the tenant's sequence number as
 the run's snapshot: a write acknowledged before is at or below it, a write that commits
@@ -16,7 +16,7 @@ failures are retried (the transaction wrote nothing).
 and only transaction-scoped advisory locks, so it runs behind PgBouncer in transaction mode.
 
 **Failures.** Connection, protocol and server errors become ``upstream_unavailable`` in
-:mod:`.postgresql_errors`; a call never waits past ``command_timeout`` (plus
+:mod:`.errors`; a call never waits past ``command_timeout`` (plus
 ``connect_timeout`` for a new connection). After a connection error, the pool's idle
 connections are replaced, so a restarted server costs one failed call, not one per pooled
 connection. A failed commit leaves no trace: new scope ids are cached only once committed.
@@ -38,12 +38,12 @@ import structlog
 from asyncpg.pool import PoolConnectionProxy
 from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
-from ..domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
-from ..logs import describe_exception
-from ..retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
-from ..timefmt import now_us as wall_clock_us
-from ..token_count import estimate_tokens
-from .base import (
+from ...domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ...logs import describe_exception
+from ...retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
+from ...timefmt import now_us as wall_clock_us
+from ...token_count import estimate_tokens
+from ..base import (
     KEY_CONFLICT,
     PENDING_VECTOR,
     REFUSED,
@@ -74,13 +74,13 @@ from .base import (
     classify_run,
     replayed,
 )
-from .postgresql_errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
-from .postgresql_schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
-from .postgresql_serve_lock import SERVE_LOCK, AdvisoryServeLock
-from .scope_cache import ScopeCache
+from ..scope_cache import ScopeCache
+from .errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
+from .schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
+from .serve_lock import SERVE_LOCK, AdvisoryServeLock
 
 if TYPE_CHECKING:
-    from .vector_cache import VectorCache
+    from ..vector_cache import VectorCache
 
 T = TypeVar("T")
 Effects = list[Callable[[], None]]
@@ -89,7 +89,7 @@ Conn: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"  # generic in the stubs 
 # Transaction-scoped advisory lock keys (arbitrary constants of this application).
 _MIGRATION_LOCK = 0x6F70_656E_776F_7001
 _SWEEP_LOCK = 0x6F70_656E_776F_7002
-# The session-level serve lock has a key of its own (postgresql_serve_lock.py).
+# The session-level serve lock has a key of its own (serve_lock.py).
 assert len({_MIGRATION_LOCK, _SWEEP_LOCK, SERVE_LOCK}) == 3, "advisory lock keys must differ"
 _RETRIES = 3
 
@@ -199,7 +199,7 @@ class PostgresqlStorage:
     def _vectors(self) -> VectorCache:
         """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
         if self._vectors_cache is None:
-            from .vector_cache import VectorCache
+            from ..vector_cache import VectorCache
 
             self._vectors_cache = VectorCache()
         return self._vectors_cache
@@ -708,7 +708,7 @@ class PostgresqlStorage:
         if vector is None:
             return [row._replace(score=score) for _, score, row in await keyword(limit)]
         # Imported here: numpy comes with the search extra, which a vector implies.
-        from .vector_cache import hybrid_search
+        from ..vector_cache import hybrid_search
 
         return await hybrid_search(
             keyword=keyword,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from .base import DatabaseInUseError, StorageStartupError
+from ..base import DatabaseInUseError, StorageStartupError
 
 SUFFIX = "-serve.lock"
 

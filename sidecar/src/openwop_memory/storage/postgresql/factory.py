@@ -9,31 +9,31 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-from ..config import Settings
-from .base import Storage, StorageStartupError
+from ..base import Storage, StorageStartupError
+from .settings import PostgresqlSettings
 
 # A host of the URL's host list as the driver reads it: a Unix socket path, a bracketed
 # IPv6 address, or a name or IPv4 address; each with an optional numeric port.
 _HOSTSPEC = re.compile(r"(/.*|\[[^\]]+\](:[0-9]*)?|[^:\[\]]*(:[0-9]*)?)")
 
 
-def create(url: str, settings: Settings) -> Storage:
-    """A :class:`~.postgresql.PostgresqlStorage` for ``url``, tuned by ``settings.postgresql``.
+def create(url: str, group: PostgresqlSettings, *, create: bool) -> Storage:
+    """A :class:`~.backend.PostgresqlStorage` for ``url``, tuned by ``group`` (the
+    ``[postgresql]`` table); ``create``: it may create the schema in an empty database.
 
     :raises StorageStartupError: the URL's host list cannot be read, or the driver is not
         installed.
     """
     check_url(url)
     try:
-        from .postgresql import PostgresqlStorage
+        from .backend import PostgresqlStorage
     except ImportError:
         raise StorageStartupError(
             "the PostgreSQL driver is not installed; install openwop-memory[postgresql]"
         ) from None
-    group = settings.postgresql
     return PostgresqlStorage(
         url,
-        create=settings.create_database,
+        create=create,
         pool_min_size=group.pool_min_size,
         pool_max_size=group.pool_max_size,
         connect_timeout=group.connect_timeout,

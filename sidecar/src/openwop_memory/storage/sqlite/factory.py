@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..config import Settings
-from .sqlite import SqliteStorage
+from .backend import SqliteStorage
+from .settings import SqliteSettings
 
 
 def sqlite_path(url: str) -> str:
@@ -11,12 +11,12 @@ def sqlite_path(url: str) -> str:
     return url.removeprefix("sqlite://").removeprefix("/")
 
 
-def create(url: str, settings: Settings) -> SqliteStorage:
-    """A :class:`SqliteStorage` for ``url``, tuned by ``settings.sqlite``."""
-    group = settings.sqlite
+def create(url: str, group: SqliteSettings, *, create: bool) -> SqliteStorage:
+    """A :class:`SqliteStorage` for ``url``, tuned by ``group`` (the ``[sqlite]`` table);
+    ``create``: it may create a missing database file."""
     return SqliteStorage(
         sqlite_path(url),
-        create=settings.create_database,
+        create=create,
         synchronous=group.synchronous,
         busy_timeout_ms=int(group.busy_timeout * 1000),
         read_connections=group.read_connections,

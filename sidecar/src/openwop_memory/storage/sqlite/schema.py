@@ -49,7 +49,7 @@ The row goes with its entry (cascade). It also adds ``changes``, the change feed
 Version 9 takes keyword indexing off the put's transaction: the insert trigger goes, and
 ``fts_progress`` records the commit position up to which every row is in ``entries_fts``
 (rows written later are indexed in batches after their commit, and a search first indexes
-what its snapshot holds beyond it; see ``sqlite_keywords.py``). The delete trigger stays,
+what its snapshot holds beyond it; see ``keywords.py``). The delete trigger stays,
 for the rows at or below that position only: an external-content index must not be told
 to forget a row it never held.
 """
@@ -59,7 +59,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from ..token_count import estimate_tokens
+from ...token_count import estimate_tokens
 
 Step = str | Callable[[sqlite3.Connection], None]
 
