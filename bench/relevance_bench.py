@@ -49,7 +49,7 @@ from openwop_memory.logs import configure_logging
 from openwop_memory.retrieval.encoders import wordllama as semantic
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import PutRequest, Scope, Snapshot
-from openwop_memory.storage.sqlite import SqliteStorage
+from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.storage.vector_cache import row_bytes
 from openwop_memory.timefmt import now_us
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from openwop_memory.storage.sqlite_schema import MIGRATIONS
+from openwop_memory.storage.sqlite.schema import MIGRATIONS
 from openwop_memory.token_count import estimate_tokens
 
 PRAGMAS = (
