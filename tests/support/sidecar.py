@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from support.backends import Backend, selected
+from support.forked_cli import run_cli_forked
 
 if TYPE_CHECKING:
     import pytest
@@ -73,10 +74,16 @@ def socket_workdir(preferred: Path, short_base: Path = Path("/tmp")) -> Iterator
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30, fresh: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """``openwop-memory ARGS`` run to its end (``serve`` only where it must refuse to start),
-    with ``env`` over this process's environment; its exit code and text output."""
+    with ``env`` over this process's environment; its exit code and text output.
+
+    In a forked child of this process (:mod:`support.forked_cli`: the command's code without
+    a second of interpreter start), unless ``fresh``: then the console script in a new
+    process, for a test of how the command starts."""
+    if not fresh:
+        return run_cli_forked(*args, env=env, timeout=timeout)
     return subprocess.run(
         [EXE, *args],
         capture_output=True,
