@@ -167,12 +167,14 @@ def test_a_slow_request_threshold_logs_every_slower_request(workdir: Path) -> No
     # One microsecond: every request takes longer.
     with Sidecar(workdir, "--slow-request-threshold", "0.000001") as sidecar:
         with sidecar.client() as client:
-            before = len(sidecar.events("request"))
             client.call("host.capabilities")
             client.call("sidecar.health")
         assert sidecar.stop() == 0
-    lines = sidecar.events("request")[before:]
-    assert [line["method"] for line in lines] == ["host.capabilities", "sidecar.health"]
+    # The readiness probe's health calls are slower than that too: every line is logged.
+    lines = sidecar.events("request")
+    methods = [line["method"] for line in lines]
+    assert methods.count("host.capabilities") == 1
+    assert methods[-1] == "sidecar.health" and methods.count("sidecar.health") >= 2
     assert all(line["slow"] is True and line["level"] == "warning" for line in lines)
 
 

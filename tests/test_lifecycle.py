@@ -414,9 +414,17 @@ def test_request_logs_carry_no_content_secrets_or_params(workdir: Path) -> None:
         assert isinstance(line["outcome"], str)
 
 
+def logged(sidecar: Sidecar, count: int) -> int:
+    """``count``, once the access log holds that many lines: a line is written after its
+    answer (and flushed on the loop's next turn), so the answer can come first."""
+    wait_for(lambda: len(sidecar.events("request")) >= count, 10, f"{count} request lines")
+    assert len(sidecar.events("request")) == count, sidecar.events("request")
+    return count
+
+
 def test_one_log_line_per_request_with_method_outcome_and_duration(workdir: Path) -> None:
     with Sidecar(workdir, "--access-log") as sidecar:
-        before = len(sidecar.events("request"))  # the start-up readiness probes
+        before = logged(sidecar, 1)  # the start-up readiness probe's
         sent = logged_session(sidecar)
         assert sidecar.stop() == 0
     lines = sidecar.events("request")[before:]
@@ -430,7 +438,7 @@ def test_rejected_requests_are_logged_once_each(workdir: Path) -> None:
     with Sidecar(workdir, "--max-request-bytes", "2048", "--access-log") as sidecar:
         with sidecar.client() as client:
             assert client.call("sidecar.health")["status"] == "ok"
-            before = len(sidecar.events("request"))
+            before = logged(sidecar, 2)  # the readiness probe's and that one
             oversized = b'{"jsonrpc": "2.0", "id": 2, "method": "x", "params": {}}'.ljust(3000)
             answers = [
                 client.raw(b"{not json"),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from support.backends import Backend, selected
-from support.forked_cli import run_cli_forked
+from support.forked import ForkedProcess, fork_command, run_cli_forked
 
 if TYPE_CHECKING:
     import pytest
@@ -79,7 +79,7 @@ def run_cli(
     """``openwop-memory ARGS`` run to its end (``serve`` only where it must refuse to start),
     with ``env`` over this process's environment; its exit code and text output.
 
-    In a forked child of this process (:mod:`support.forked_cli`: the command's code without
+    In a forked child of this process (:mod:`support.forked`: the command's code without
     a second of interpreter start), unless ``fresh``: then the console script in a new
     process, for a test of how the command starts."""
     if not fresh:
@@ -177,9 +177,14 @@ class RawClient:
 
 
 class Sidecar:
-    """``openwop-memory serve`` in a subprocess; its stderr goes to ``log_path``. Its
+    """``openwop-memory serve`` in a process of its own; its stderr goes to ``log_path``. Its
     environment is this process's with ``env`` over it; ``measured=False`` leaves coverage
-    measurement out of it (see :func:`unmeasured`)."""
+    measurement out of it (see :func:`unmeasured`).
+
+    The process is a forked child of this one (:mod:`support.forked`: no second of
+    interpreter start and imports) unless ``fresh`` or not ``measured``: then the console
+    script in a new process, for a test of the sidecar's start, imports or absolute memory
+    (a forked child holds the test process's modules and heap)."""
 
     def __init__(
         self,
@@ -190,6 +195,7 @@ class Sidecar:
         env: dict[str, str] | None = None,
         backend: Backend | None = None,
         measured: bool = True,
+        fresh: bool = False,
     ) -> None:
         self.workdir = workdir
         self.backend = backend or selected()
@@ -199,7 +205,8 @@ class Sidecar:
         self.args = list(args)
         inherited = os.environ if measured else unmeasured(os.environ)
         self.env = {**inherited, **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.fresh = fresh or not measured
+        self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -215,7 +222,11 @@ class Sidecar:
 
     def start(self, timeout: float = 20.0) -> Sidecar:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, env=self.env)
+            argv = self.argv
+            if self.fresh or argv[0] != EXE:  # a subclass's wrapper around the command
+                self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=self.env)
+            else:
+                self.proc = fork_command(argv[1:], self.env, log.fileno(), log.fileno())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
