@@ -23,7 +23,7 @@ TRACEBACK_MARKS = ("Traceback (most recent call last)", '  File "', "    raise "
 
 
 def _outage_log(workdir: Path, *args: str) -> list[str]:
-    """The lines a sidecar wrote (stderr and stdout) while its server was down ~4 s."""
+    """The lines a sidecar wrote (stderr and stdout) while its server was down ~2.5 s."""
     with PostgresServer() as server:
         url = server.create_database("outage")
         backend = Backend("outage", lambda _path: url)
@@ -34,11 +34,11 @@ def _outage_log(workdir: Path, *args: str) -> list[str]:
                 c.call("memory.put", runId="r", memoryRef="scope", entry={"content": "x"})
                 server.stop("immediate")
                 codes = []
-                deadline = time.monotonic() + 4
+                deadline = time.monotonic() + 2.5
                 while time.monotonic() < deadline:
                     codes.append(c.error("memory.list", runId="r", memoryRef="scope").code)
                     time.sleep(0.2)
-                assert len(codes) >= 5 and set(codes) == {"upstream_unavailable"}
+                assert len(codes) >= 3 and set(codes) == {"upstream_unavailable"}
                 server.start()
                 wait_for(sidecar.ready, 20, "the sidecar serving again")
             assert sidecar.stop() == 0
