@@ -4,7 +4,7 @@ runs it alone.
 
 - **Latency on a big scope.** Fills one scope with entries of 40 words drawn from the
   vocabulary of Python's reference documentation with a Zipf-like skew (a few words are in
-  most entries, most words in few), each with its vector, then times ``Storage.search``
+  most entries, most words in few), each with its vector, then times ``Search.search``
   (limit 100) with the query's vector, as ``memory.list`` calls it: hybrid (keywords and
   meaning), meaning only and keywords only, for a query of two specific words and one
   holding a common word (the keyword side weighs every match). The first search of the
@@ -47,10 +47,11 @@ if not __package__:
 
 from openwop_memory.logs import configure_logging
 from openwop_memory.retrieval.encoders import wordllama as semantic
+from openwop_memory.retrieval.nearest import row_bytes
+from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite.backend import SqliteStorage
-from openwop_memory.storage.vector_cache import row_bytes
 from openwop_memory.timefmt import now_us
 
 from bench.report import Metric, SuiteResult, Target
@@ -113,13 +114,14 @@ async def _latency(
             await asyncio.gather(*(put() for _ in range(min(500, config.entries - start))))
         snapshot = await _snapshot(store, "reader")
         other_snapshot = await _snapshot(store, "other-reader", OTHER.tenant)
+        searcher = Search(store)  # one, as the sidecar has: its vectors stay loaded
 
         async def search(
             text: str, *, keywords: bool = True, meaning: bool = True, scope: Scope = SCOPE
         ) -> float:
             terms, vector = query_terms(text), embedder.vector(text)
             started = time.perf_counter()
-            await store.search(
+            await searcher.search(
                 scope=scope,
                 snapshot=snapshot if scope == SCOPE else other_snapshot,
                 now_us=now_us(),
@@ -280,10 +282,11 @@ async def recall(directory: Path, embedder: semantic.Embedder) -> dict[str, floa
             assert result.entry is not None
             names[result.entry.id] = entry["id"]
         snapshot = await _snapshot(store, "labelled")
+        searcher = Search(store)
         shares: dict[str, list[float]] = {}
         for q in data["queries"]:
             for mode in ("keyword", "semantic", "hybrid"):
-                rows = await store.search(
+                rows = await searcher.search(
                     scope=SCOPE,
                     snapshot=snapshot,
                     now_us=now_us(),

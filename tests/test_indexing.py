@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from openwop_memory.retrieval.encoders import wordllama as semantic
+from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import PENDING_VECTOR, PutRequest, Scope, Snapshot, Storage
 from openwop_memory.timefmt import now_us
@@ -46,7 +47,7 @@ def request(content: str, vector: bytes | None) -> PutRequest:
 
 
 async def ranked(store: Storage, snap: Snapshot, text: str, *, with_embed: bool) -> list[str]:
-    rows = await store.search(
+    rows = await Search(store).search(
         scope=A,
         snapshot=snap,
         now_us=now_us(),

@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import EntryRow, Scope, StoredEntry
 from openwop_memory.storage.sqlite.backend import SqliteStorage, _keyword_query
@@ -75,11 +76,11 @@ async def test_a_word_common_in_another_tenant_costs_an_empty_scope_nothing(
         never = _vm_steps(path, *query(Scope("tenant-c", "notes"), snap_a, "walrus"))
         assert never[0] == 0 and never[1] <= absent[1] + 200, (never, absent)
         # The bystanders are served: B finds its own, A its own.
-        own_b = await store.search(
+        own_b = await Search(store).search(
             scope=B, snapshot=snap_b, now_us=now, terms=["walrus"], limit=5, tag=None
         )
         assert len(own_b) == 5
-        own_a = await store.search(
+        own_a = await Search(store).search(
             scope=A, snapshot=snap_a, now_us=now, terms=["penguin"], limit=5, tag=None
         )
         assert [r.content for r in own_a] == ["a note of tenant a about penguins"]

@@ -10,6 +10,7 @@ from typing import cast
 
 import anyio
 import pytest
+from openwop_memory.retrieval.search import Search
 from openwop_memory.storage.base import EntryRow, Scope, Snapshot
 from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.storage.sqlite.keywords import BATCH
@@ -50,7 +51,7 @@ def seqs(store: SqliteStorage) -> list[int]:
 
 async def search(store: SqliteStorage, snapshot: Snapshot, *terms: str) -> list[EntryRow]:
     return list(
-        await store.search(
+        await Search(store).search(
             scope=SCOPE, snapshot=snapshot, now_us=now_us(), terms=terms, limit=50, tag=None
         )
     )

@@ -1,6 +1,6 @@
-"""Retrieval in the storage contract: ``Storage.search`` (keyword relevance from each
-backend's full-text engine), ``max_tokens`` on list and search, stored token counts, and
-the schema migration that adds them to an existing database.
+"""Retrieval in the storage contract: ``Search.search`` over the storage primitives
+(keyword relevance from each backend's full-text engine), ``max_tokens`` on list and
+search, stored token counts, and the schema migration that adds them to an existing database.
 
 Like ``test_storage_contract.py``, every test runs once per backend, through the
 :class:`~openwop_memory.storage.base.Storage` API only (the migration tests alone build
@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import (
     ListFilter,
@@ -46,7 +47,7 @@ async def found(
     now: int | None = None,
     where: ListFilter | None = None,
 ) -> list[str]:
-    rows = await store.search(
+    rows = await Search(store).search(
         scope=scope,
         snapshot=snap,
         now_us=now_us() if now is None else now,

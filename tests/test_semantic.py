@@ -25,6 +25,7 @@ from openwop_memory.config import Settings
 from openwop_memory.domain import SweepHorizons
 from openwop_memory.retrieval.encoders import wordllama as semantic
 from openwop_memory.retrieval.fusion import LIGHT_WEIGHTS, Weights
+from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import (
     EntryRow,
@@ -182,7 +183,7 @@ async def searched(
     limit: int = 10,
     **kw: Any,
 ) -> list[str]:
-    rows = await store.search(
+    rows = await Search(store).search(
         scope=kw.pop("scope", A),
         snapshot=snap,
         now_us=now_us(),
@@ -332,7 +333,7 @@ async def test_a_big_scope_ranks_exactly_as_brute_force(store: Storage) -> None:
     weights = Weights(meaning=0.5, floor=0.1, related=0.1)
     keep = cosines > weights.floor
     order = sorted(np.flatnonzero(keep), key=lambda i: (-scores[i], -i))[:50]
-    found = await store.search(
+    found = await Search(store).search(
         scope=A,
         snapshot=snap,
         now_us=now_us(),

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 from openwop_memory.domain import NotNow, SweepHorizons
+from openwop_memory.retrieval.search import Search
 from openwop_memory.storage.base import (
     BeginOutcome,
     PutOutcome,
@@ -595,7 +596,7 @@ async def test_forget_purges_a_tenants_subject_everywhere_snapshots_included(
     assert await ids(store, B, old.snapshot) == [other_tenant.id], "another tenant's: kept"
     for entry in forgotten:
         assert await store.find_entry(entry_id=entry.id) is None
-    found = await store.search(
+    found = await Search(store).search(
         scope=A, snapshot=old.snapshot, now_us=now, terms=["walrus"], limit=10, tag=None
     )
     assert [r.id for r in found] == [other_subject.id], "the full-text index forgot them"
@@ -611,7 +612,7 @@ async def test_forget_purges_a_tenants_subject_everywhere_snapshots_included(
         # A search indexes what its snapshot holds first (the put did not): then the index
         # holds every entry, the one put after the forget included.
         latest = await fresh_snapshot(store, "tenant-a")
-        await store.search(
+        await Search(store).search(
             scope=A, snapshot=latest, now_us=now, terms=["walrus"], limit=1, tag=None
         )
         path = tmp_path / "store.db"  # the store fixture's file
@@ -665,7 +666,7 @@ async def test_export_then_import_into_fresh_databases_round_trips_every_live_en
                 assert await ids(fresh, scope, snapshot, now=later) == await ids(
                     store, scope, await fresh_snapshot(store, "tenant-a", later), now=later
                 )
-            found = await fresh.search(
+            found = await Search(fresh).search(
                 scope=A, snapshot=snapshot, now_us=later, terms=["four"], limit=5, tag=None
             )
             assert [r.content for r in found] == ["four"], "imported entries are indexed"

@@ -51,6 +51,7 @@ from .. import __version__
 from ..domain import NOT_NOW, NotNow, SweepHorizons, retention_cutoff_us
 from ..redaction import PatternPolicy
 from ..retrieval.fusion import weights_for
+from ..retrieval.search import Search
 from ..retrieval.text import query_terms
 from ..storage.base import (
     PENDING_VECTOR,
@@ -253,6 +254,7 @@ class MemoryService:
         self._embedding = EmbeddingModel() if embedding is None else embedding
         self.indexer = VectorIndexer(storage, self._embedding)
         self._storage = storage
+        self._search = Search(storage)
         self._refs = refs
         self._config = config
         self._keyring_budget = KeyringBudget(config.max_keyring_memory_bytes)
@@ -577,7 +579,7 @@ class MemoryService:
             if not terms:  # nothing content-bearing (stop words alone): nothing relevant
                 return []
             vector = await self._embedding.vector(options.query)
-            rows = await self._storage.search(
+            rows = await self._search.search(
                 scope=scope,
                 snapshot=run.snapshot,
                 now_us=self._storage.clock_us(),

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, NewType, Protocol
 
 from ..domain import NotNow, SweepHorizons
-from ..retrieval.fusion import LIGHT_WEIGHTS, Weights
 
-# Opaque to everything but the backend that issued it (SQLite: a commit sequence number);
-# compared only for equality by the service.
-Snapshot = NewType("Snapshot", object)
+Snapshot = NewType("Snapshot", int)
+"""A run's position in its tenant's commits: the tenant's commit sequence number when the
+run began. The run sees every entry of the tenant committed at or below it (an entry's
+``seq`` is its commit's number), as the entries were then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,8 @@ class EntryRow(NamedTuple):
     expires_us: int | None
     tokens: int
     score: float | None = None
-    """Its relevance in [0, 1] when a search found it (:meth:`Storage.search`), else ``None``."""
+    """Its relevance in [0, 1] when a search found it
+    (:class:`~openwop_memory.retrieval.search.Search`), else ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,36 @@ No vector is one byte long. ``None`` means no vector at all (put without a model
 
 NO_VECTOR = b""
 """What replaces :data:`PENDING_VECTOR` for content without a word (no vector to compute)."""
+
+
+class VectorRow(NamedTuple):
+    """An entry's vector as :meth:`Storage.vectors_after` reads it: ``content`` only where the
+    vector is still :data:`PENDING_VECTOR` (to compute it from)."""
+
+    seq: int
+    expires_us: int | None
+    vector: bytes
+    content: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordCandidates:
+    """What :meth:`Storage.keyword_candidates` found: ``hits`` as ``(seq, keyword score,
+    row)``; ``total`` entries matching any term, ``counts`` how many match each term that
+    matches at all (in no particular order)."""
+
+    hits: list[tuple[int, float, EntryRow]]
+    total: int = 0
+    counts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateCheck:
+    """What :meth:`Storage.check_candidates` found: the rows a search keeps, by ``seq``, and
+    the ``seq`` of every candidate still stored."""
+
+    kept: dict[int, EntryRow]
+    stored: set[int]
 
 
 class PutOutcome(enum.Enum):
@@ -458,7 +489,7 @@ class Storage(Protocol):
         """Tombstone the entry if it is in ``scope``, live and unexpired at ``now_us``;
         ``False`` (nothing written) if there was none."""
 
-    async def search(
+    async def keyword_candidates(
         self,
         *,
         scope: Scope,
@@ -469,38 +500,45 @@ class Storage(Protocol):
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
-        vector: bytes | None = None,
-        weights: Weights = LIGHT_WEIGHTS,
-        embed: Embed | None = None,
-    ) -> list[EntryRow]:
+    ) -> KeywordCandidates:
         """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag,
-        token and ``where`` rules), most relevant first: without ``vector``, those matching at
-        least one of ``terms`` in the backend's full-text index (``[]`` for no terms); with
-        it, the fusion of that keyword list and the nearest entries by meaning.
+        token and ``where`` rules) that match at least one of ``terms`` in the backend's
+        full-text index, the highest keyword score first (ties newest first); none for no
+        terms. What the snapshot holds that is not indexed yet is indexed first, so the
+        answer is the same whenever it is asked.
 
-        **Keyword rank.** A term (see :func:`~openwop_memory.retrieval.text.query_terms`) matches
-        an entry whose content holds the word, as the backend's engine stems it. An entry's
-        keyword relevance is the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) /
-        (n + 0.5))`` (BM25's inverse document frequency) rounded to 9 decimals, where ``N``
-        is the number of visible entries of the scope matching any term and ``n`` the number
-        matching this one, counted after ``tag`` and ``where`` but before ``max_tokens``
-        apply; ties newest first.
+        **Keyword score.** A term (see :func:`~openwop_memory.retrieval.text.query_terms`)
+        matches an entry whose content holds the word, as the backend's engine stems it. An
+        entry's score is the sum, over the terms it matches, of ``ln(1 + (N - n + 0.5) /
+        (n + 0.5))`` (BM25's inverse document frequency), where ``N`` is the number of
+        visible entries of the scope matching any term and ``n`` the number matching this
+        one, counted after ``tag`` and ``where`` but before ``max_tokens`` apply. ``N`` and
+        the ``n`` of each term that matches are returned with the hits (for
+        :func:`~openwop_memory.retrieval.fusion.keyword_ceiling`).
 
-        **With ``vector``** (the query's embedding, by the model ``weights`` were measured
-        for): the keyword list's first :func:`~storage.vector_cache.candidate_pool` entries
-        and as many entries with a stored vector of the same model whose cosine with
-        ``vector`` (of the stored integers, exact) is above ``weights.floor`` (ties newest
-        first), among the same entries, fused by :func:`~retrieval.fusion.fuse`: the first
-        ``limit`` of the entries scoring above 0. An entry that matches no term and is less
-        similar than ``weights.related`` is left out, so a query with nothing relevant finds
-        nothing. An entry stored without a vector takes part through its keywords only.
-
-        Each row found carries its ``score`` in [0, 1]: the fused score, or without
-        ``vector`` its keyword coverage (:func:`~retrieval.fusion.coverage`).
-
-        Nothing outside the snapshot weighs in, so the same snapshot and query give the
-        same order for as long as no entry expires.
+        Nothing outside the snapshot weighs in: the same snapshot and terms give the same
+        hits for as long as no entry expires.
         """
+
+    async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
+        """The entries of ``scope`` stored with a vector (or a :data:`PENDING_VECTOR`) whose
+        ``seq`` is above ``after``, in ``seq`` order, whatever any snapshot shows of them
+        (:meth:`check_candidates` says that)."""
+
+    async def check_candidates(
+        self,
+        *,
+        scope: Scope,
+        snapshot: Snapshot,
+        now_us: int,
+        seqs: Sequence[int],
+        tag: str | None,
+        max_tokens: int | None = None,
+        where: ListFilter | None = None,
+    ) -> CandidateCheck:
+        """Of the entries of ``scope`` numbered ``seqs``: those :meth:`list` would consider
+        (same visibility, tag, token and ``where`` rules), with their rows, and those still
+        stored at all (a sweep or forget removes rows)."""
 
     async def list(
         self,

@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import secrets
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 import anyio
 import asyncpg
@@ -40,7 +40,6 @@ from openwop_memory_client import UpstreamUnavailableError, ValidationError
 
 from ...domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
 from ...logs import describe_exception
-from ...retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
 from ...timefmt import now_us as wall_clock_us
 from ...token_count import estimate_tokens
 from ..base import (
@@ -49,11 +48,12 @@ from ..base import (
     REFUSED,
     BeginOutcome,
     BeginResult,
+    CandidateCheck,
     Change,
-    Embed,
     EntryRow,
     FoundEntry,
     FoundRun,
+    KeywordCandidates,
     ListFilter,
     PutOutcome,
     PutRequest,
@@ -71,6 +71,7 @@ from ..base import (
     StorageStartupError,
     StoredEntry,
     SweepCounts,
+    VectorRow,
     classify_run,
     replayed,
 )
@@ -78,9 +79,6 @@ from ..scope_cache import ScopeCache
 from .errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .serve_lock import SERVE_LOCK, AdvisoryServeLock
-
-if TYPE_CHECKING:
-    from ..vector_cache import VectorCache
 
 T = TypeVar("T")
 Effects = list[Callable[[], None]]
@@ -191,18 +189,8 @@ class PostgresqlStorage:
         self._write_error: str | None = None  # the reason, while the latest write failed
         self._unreachable_since: float | None = None  # since a connection error, until a call works
         self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
-        self._vectors_cache: VectorCache | None = None
         self._lock: AdvisoryServeLock | None = None
         self._lock_exclusive = False
-
-    @property
-    def _vectors(self) -> VectorCache:
-        """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
-        if self._vectors_cache is None:
-            from ..vector_cache import VectorCache
-
-            self._vectors_cache = VectorCache()
-        return self._vectors_cache
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -685,7 +673,7 @@ class PostgresqlStorage:
         )
         return [RunRecord(run_id, row[0], Snapshot(row[1]), row[2]) for row in rows]
 
-    async def search(
+    async def keyword_candidates(
         self,
         *,
         scope: Scope,
@@ -696,51 +684,9 @@ class PostgresqlStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
-        vector: bytes | None = None,
-        weights: Weights = LIGHT_WEIGHTS,
-        embed: Embed | None = None,
-    ) -> list[EntryRow]:
-        def keyword(count: int) -> Awaitable[list[tuple[int, float, EntryRow]]]:
-            return self._keyword_search(
-                scope, snapshot, now_us, terms, count, tag, max_tokens, where
-            )
-
-        if vector is None:
-            return [row._replace(score=score) for _, score, row in await keyword(limit)]
-        # Imported here: numpy comes with the search extra, which a vector implies.
-        from ..vector_cache import hybrid_search
-
-        return await hybrid_search(
-            keyword=keyword,
-            vectors=self._vectors,
-            scope=scope,
-            snapshot_seq=cast(int, snapshot),
-            now_us=now_us,
-            vector=vector,
-            weights=weights,
-            embed=embed,
-            limit=limit,
-            load_after=lambda after: self._vectors_after(scope, after),
-            check=lambda seqs, found: self._check(
-                scope, snapshot, now_us, seqs, tag, max_tokens, where, found
-            ),
-        )
-
-    async def _keyword_search(
-        self,
-        scope: Scope,
-        snapshot: Snapshot,
-        now_us: int,
-        terms: Sequence[str],
-        limit: int,
-        tag: str | None,
-        max_tokens: int | None,
-        where: ListFilter | None,
-    ) -> list[tuple[int, float, EntryRow]]:
-        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq`` and
-        keyword score."""
+    ) -> KeywordCandidates:
         if not terms:
-            return []
+            return KeywordCandidates([])
         # plainto_tsquery reads each term as plain words (no query syntax); a stop word
         # becomes an empty query, which matches nothing.
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
@@ -766,13 +712,12 @@ class PostgresqlStorage:
         )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
         if not rows:
-            return []
-        ceiling = keyword_ceiling(rows[0][2], [int(n) for n in rows[0][3].split(",")], len(terms))
-        return [(r[0], coverage(float(r[1]), ceiling), _row(tuple(r)[4:])) for r in rows]
+            return KeywordCandidates([])
+        counts = tuple(int(n) for n in rows[0][3].split(","))
+        hits = [(r[0], float(r[1]), _row(tuple(r)[4:])) for r in rows]
+        return KeywordCandidates(hits, rows[0][2], counts)
 
-    async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
-        """The scope's rows with a vector (or a pending one) and a ``seq`` above ``after``,
-        in order: ``(seq, expires_us, vector, content if the vector is pending)``."""
+    async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
         rows = await self._read(
             lambda conn: conn.fetch(
                 "SELECT e.seq, e.expires_us, e.embedding, CASE WHEN e.embedding = $4"
@@ -785,23 +730,21 @@ class PostgresqlStorage:
                 PENDING_VECTOR,
             )
         )
-        # Content is stored as bytes here; the vector cache takes text.
-        return [r if r[3] is None else (r[0], r[1], r[2], r[3].decode()) for r in rows]
+        # Content is stored as bytes here.
+        return [VectorRow(r[0], r[1], r[2], None if r[3] is None else r[3].decode()) for r in rows]
 
-    async def _check(
+    async def check_candidates(
         self,
+        *,
         scope: Scope,
         snapshot: Snapshot,
         now_us: int,
-        seqs: list[int],
+        seqs: Sequence[int],
         tag: str | None,
-        max_tokens: int | None,
-        where: ListFilter | None,
-        found: dict[int, EntryRow],
-    ) -> tuple[set[int], set[int]]:
-        """Of ``seqs``: those a search of the snapshot keeps (their rows added to ``found``),
-        and those still stored."""
-        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, seqs]
+        max_tokens: int | None = None,
+        where: ListFilter | None = None,
+    ) -> CandidateCheck:
+        args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, list(seqs)]
         args += [max_tokens, tag]
         conditions = _where_sql(where, args)
         sql = (
@@ -812,9 +755,8 @@ class PostgresqlStorage:
             " AND e.seq = ANY($5::bigint[])"
         )
         rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        kept = {r[0] for r in rows if r[1]}
-        found.update((r[0], _row(tuple(r)[2:])) for r in rows if r[1])
-        return kept, {r[0] for r in rows}
+        kept = {r[0]: _row(tuple(r)[2:]) for r in rows if r[1]}
+        return CandidateCheck(kept, {r[0] for r in rows})
 
     async def list(
         self,

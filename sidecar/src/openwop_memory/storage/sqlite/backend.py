@@ -32,8 +32,8 @@ import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any, Literal, cast
 
 import aiosqlite
 import anyio
@@ -44,7 +44,6 @@ import structlog
 from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError, ValidationError
 
 from ...domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
-from ...retrieval.fusion import LIGHT_WEIGHTS, Weights, coverage, keyword_ceiling
 from ...timefmt import now_us as wall_clock_us
 from ...token_count import estimate_tokens
 from ..base import (
@@ -53,11 +52,12 @@ from ..base import (
     REFUSED,
     BeginOutcome,
     BeginResult,
+    CandidateCheck,
     Change,
-    Embed,
     EntryRow,
     FoundEntry,
     FoundRun,
+    KeywordCandidates,
     ListFilter,
     PutOutcome,
     PutRequest,
@@ -75,6 +75,7 @@ from ..base import (
     StorageStartupError,
     StoredEntry,
     SweepCounts,
+    VectorRow,
     classify_run,
     replayed,
 )
@@ -92,9 +93,6 @@ from .writer import (
     OpFn,
     Txn,
 )
-
-if TYPE_CHECKING:
-    from ..vector_cache import VectorCache
 
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
@@ -213,8 +211,9 @@ def _keyword_query(
     max_tokens: int | None,
     where: ListFilter | None,
 ) -> tuple[str, dict[str, Any]]:
-    """The statement of a keyword search (see :meth:`Storage.search`) and its parameters;
-    each row is an entry's ``seq`` and its columns, best first. ``terms`` is not empty."""
+    """The statement of a keyword search (see :meth:`Storage.keyword_candidates`) and its
+    parameters; each row is an entry's ``seq`` and its columns, best first. ``terms`` is not
+    empty."""
     params: dict[str, Any] = {
         "tenant": scope.tenant,
         "key": scope.key,
@@ -314,7 +313,6 @@ class SqliteStorage:
         # lock ends in an error after busy_timeout, so nothing legitimate takes much longer.
         self.stuck_after = busy_timeout_ms / 1000 + 10 if stuck_after is None else stuck_after
         self._schema_version = 0
-        self._vectors_cache: VectorCache | None = None
         # Set while frames of expired rows the sweep deleted may still be in the WAL.
         self._wal_holds_expired = False
         self._lock: FileServeLock | None = None
@@ -325,15 +323,6 @@ class SqliteStorage:
     def keywords(self) -> KeywordIndexer:
         """The keyword indexer of this store (its counters, its background switch)."""
         return self._keywords
-
-    @property
-    def _vectors(self) -> VectorCache:
-        """The cache of vectors searched by meaning, made on first use (it needs numpy)."""
-        if self._vectors_cache is None:
-            from ..vector_cache import VectorCache
-
-            self._vectors_cache = VectorCache()
-        return self._vectors_cache
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -851,7 +840,7 @@ class SqliteStorage:
             RunRecord(run_id, tenant, Snapshot(snap), snap_us) for tenant, snap, snap_us in rows
         ]
 
-    async def search(
+    async def keyword_candidates(
         self,
         *,
         scope: Scope,
@@ -862,65 +851,23 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
-        vector: bytes | None = None,
-        weights: Weights = LIGHT_WEIGHTS,
-        embed: Embed | None = None,
-    ) -> list[EntryRow]:
-        def keyword(count: int) -> Awaitable[list[tuple[int, float, EntryRow]]]:
-            return self._keyword_search(
-                scope, snapshot, now_us, terms, count, tag, max_tokens, where
-            )
-
-        if vector is None:
-            return [row._replace(score=score) for _, score, row in await keyword(limit)]
-        # Imported here: numpy comes with the search extra, which a vector implies.
-        from ..vector_cache import hybrid_search
-
-        return await hybrid_search(
-            keyword=keyword,
-            vectors=self._vectors,
-            scope=scope,
-            snapshot_seq=cast(int, snapshot),
-            now_us=now_us,
-            vector=vector,
-            weights=weights,
-            embed=embed,
-            limit=limit,
-            load_after=lambda after: self._vectors_after(scope, after),
-            check=lambda seqs, found: self._check(
-                scope, snapshot, now_us, seqs, tag, max_tokens, where, found
-            ),
-        )
-
-    async def _keyword_search(
-        self,
-        scope: Scope,
-        snapshot: Snapshot,
-        now_us: int,
-        terms: Sequence[str],
-        limit: int,
-        tag: str | None,
-        max_tokens: int | None,
-        where: ListFilter | None,
-    ) -> list[tuple[int, float, EntryRow]]:
-        """The keyword-ranked entries (see :meth:`Storage.search`) with their ``seq`` and
-        keyword score."""
+    ) -> KeywordCandidates:
         if not terms:
-            return []
+            return KeywordCandidates([])
         await self._keywords.through(cast(int, snapshot))
         sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
         if not rows:
-            return []
-        ceiling = keyword_ceiling(rows[0][2], [int(n) for n in rows[0][3].split(",")], len(terms))
-        return [(r[0], coverage(float(r[1]), ceiling), _row(r[4:])) for r in rows]
+            return KeywordCandidates([])
+        counts = tuple(int(n) for n in rows[0][3].split(","))
+        return KeywordCandidates(
+            [(r[0], float(r[1]), _row(r[4:])) for r in rows], rows[0][2], counts
+        )
 
-    async def _vectors_after(self, scope: Scope, after: int) -> Sequence[Any]:
-        """The scope's rows with a vector (or a pending one) and a ``seq`` above ``after``,
-        in order: ``(seq, expires_us, vector, content if the vector is pending)``."""
+    async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
         with translate_errors():
-            return await _fetch(
+            rows = await _fetch(
                 self._reader(),
                 "SELECT e.seq, e.expires_us, e.embedding, CASE WHEN e.embedding = :pending"
                 " THEN e.content END FROM entries e"
@@ -933,20 +880,19 @@ class SqliteStorage:
                     "pending": PENDING_VECTOR,
                 },
             )
+        return [VectorRow(*row) for row in rows]
 
-    async def _check(
+    async def check_candidates(
         self,
+        *,
         scope: Scope,
         snapshot: Snapshot,
         now_us: int,
-        seqs: list[int],
+        seqs: Sequence[int],
         tag: str | None,
-        max_tokens: int | None,
-        where: ListFilter | None,
-        found: dict[int, EntryRow],
-    ) -> tuple[set[int], set[int]]:
-        """Of ``seqs``: those a search of the snapshot keeps (their rows added to ``found``),
-        and those still stored."""
+        max_tokens: int | None = None,
+        where: ListFilter | None = None,
+    ) -> CandidateCheck:
         params: dict[str, Any] = {
             "tenant": scope.tenant,
             "key": scope.key,
@@ -954,7 +900,7 @@ class SqliteStorage:
             "now": now_us,
             "tag": tag,
             "max_tokens": max_tokens,
-            "seqs": orjson.dumps(seqs).decode(),
+            "seqs": orjson.dumps(list(seqs)).decode(),
         }
         conditions = _where_sql(where, params)
         sql = (
@@ -967,9 +913,7 @@ class SqliteStorage:
         )
         with translate_errors():
             rows = await _fetch(self._reader(), sql, params)
-        kept = {r[0] for r in rows if r[1]}
-        found.update((r[0], _row(r[2:])) for r in rows if r[1])
-        return kept, {r[0] for r in rows}
+        return CandidateCheck({r[0]: _row(r[2:]) for r in rows if r[1]}, {r[0] for r in rows})
 
     async def list(
         self,

@@ -23,7 +23,7 @@ more than ``max_scopes`` of them.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -33,9 +33,8 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 
-from ..retrieval.encoders.wordllama import norms_of, similarities
-from ..retrieval.fusion import Weights, fuse
-from .base import NO_VECTOR, PENDING_VECTOR, Embed, EntryRow, Scope
+from ..storage.base import NO_VECTOR, PENDING_VECTOR, Embed, Scope
+from .encoders.wordllama import norms_of, similarities
 
 NO_EXPIRY = np.iinfo(np.int64).max
 _ROW_OVERHEAD = 25  # an entry's number, expiry, length and liveness, in bytes
@@ -134,84 +133,6 @@ def _candidates(
     cosines /= float(np.sqrt(float(np.dot(query, query))))
     where = np.flatnonzero(shown & (cosines > floor))
     return where, cosines[where]
-
-
-async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run ``calls`` concurrently; a failure is raised as itself (the first one), not as an
-    exception group, so the backend's error contract holds."""
-    try:
-        async with anyio.create_task_group() as tasks:
-            for call in calls:
-                tasks.start_soon(call)
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None
-
-
-KeywordSearch = Callable[[int], Awaitable[list[tuple[int, float, EntryRow]]]]
-"""The backend's keyword-ranked ``(seq, keyword score, row)`` triples, at most the argument."""
-
-
-def candidate_pool(limit: int) -> int:
-    """How many candidates each side brings to fusion for an answer of ``limit``: more than
-    ``limit``, so that an entry second on both sides can pass one first on only one."""
-    return max(2 * limit, 20)
-
-
-async def hybrid_search(
-    *,
-    keyword: KeywordSearch,
-    vectors: VectorCache,
-    scope: Scope,
-    snapshot_seq: int,
-    now_us: int,
-    vector: bytes,
-    weights: Weights,
-    limit: int,
-    load_after: LoadAfter,
-    check: Callable[[list[int], dict[int, EntryRow]], Awaitable[tuple[set[int], set[int]]]],
-    embed: Embed | None = None,
-) -> list[EntryRow]:
-    """What every backend's relevance search with a query vector returns: ``keyword`` and
-    ``vectors``' nearest entries (cosine above ``weights.floor``), :func:`candidate_pool`
-    of each, run side by side and fused by :func:`~retrieval.fusion.fuse`, at most
-    ``limit``. ``check(seqs, found)`` is the backend's check of candidates against the
-    snapshot and the conditions, adding the rows it keeps to ``found``.
-
-    :raises UpstreamUnavailableError: from any of the backend's calls.
-    """
-    pool = candidate_pool(limit)
-    keyword_rows: list[tuple[int, float, EntryRow]] = []
-    nearest: list[tuple[int, float]] = []
-    found: dict[int, EntryRow] = {}  # the rows the checks kept
-
-    async def by_keywords() -> None:
-        keyword_rows.extend(await keyword(pool))
-
-    async def by_meaning() -> None:
-        nearest.extend(
-            await vectors.nearest(
-                scope,
-                snapshot_seq=snapshot_seq,
-                now_us=now_us,
-                vector=vector,
-                floor=weights.floor,
-                count=pool,
-                load_after=load_after,
-                check=lambda seqs: check(seqs, found),
-                embed=embed,
-            )
-        )
-
-    await side_by_side(by_keywords, by_meaning)  # on two of the backend's connections
-    # A keyword hit outside the nearest still has a cosine, which fusion weighs too.
-    near = dict(nearest)
-    missing = [seq for seq, _, _ in keyword_rows if seq not in near]
-    near.update(vectors.cosines(scope, missing, vector))
-    fused = fuse(
-        [(seq, score) for seq, score, _ in keyword_rows], list(near.items()), weights=weights
-    )
-    found.update((seq, row) for seq, _, row in keyword_rows)
-    return [found[seq]._replace(score=score) for seq, score in fused[:limit]]
 
 
 async def _filled(rows: NewRows, embed: Embed | None) -> NewRows:
