@@ -18,6 +18,9 @@ from openwop_memory.redaction import Keyring, redact_entry
 from openwop_memory.redaction import keyring as keyring_module
 from openwop_memory.redaction.fold import fold, folded
 
+# In process: the keyring's compiler, which no backend reaches.
+pytestmark = pytest.mark.backend_independent
+
 # Letters, digits, punctuation, spaces and a few characters that fold to several or to none.
 _CHARS = st.sampled_from([*"aZ09-_./ +=:", "ß", "ﬁ", "é", "\u200b", "Ⅻ", "\uff21", "\u0301"])
 

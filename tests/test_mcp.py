@@ -31,7 +31,9 @@ from openwop_memory_client import AsyncMemoryClient
 from support.schemas import check_entry, check_mcp_capabilities
 from support.sidecar import EXE, Sidecar, run_cli, socket_workdir
 
-pytestmark = pytest.mark.anyio
+# The MCP server sits above the client: which backend the sidecar stores in is not its
+# subject (the PostgreSQL pass of `make test` would run it again for nothing).
+pytestmark = [pytest.mark.anyio, pytest.mark.backend_independent]
 
 ROOT = Path(__file__).resolve().parents[1]
 TENANT = "mcp-acme"
