@@ -55,7 +55,9 @@ typecheck: $(TSTAMP)
 # (a module's shared sidecar stays in one worker), and beside them, in a process of its own,
 # every end-to-end test whose subject reaches storage again with PostgreSQL sidecars. They
 # share nothing but the machine, and much of a test is waiting on a sidecar, so three
-# processes keep two cores busy where two left a third of the time idle. The PostgreSQL
+# processes keep two cores busy where two left a third of the time idle. The tests' sidecars
+# and commands are forked from the test process (tests/support/forked.py), not started as
+# new interpreters: most of their cost was the interpreter's start. The PostgreSQL
 # pass's output waits in var/ and is printed after the first's. The Debian programs the
 # suite runs are installed first, once (two passes must not run apt at the same time).
 # The first pass is measured for coverage, every sidecar and other Python process it starts

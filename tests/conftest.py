@@ -3,6 +3,10 @@
 Every sidecar uses the backend chosen by ``--backend`` (default ``sqlite``), so one suite
 runs against each backend: ``pytest --backend NAME``.
 
+A sidecar is a process of its own forked from the test process (:mod:`support.forked`: no
+interpreter start, same code); ``Sidecar(..., fresh=True)`` runs the console script instead,
+for tests of start-up, imports or absolute memory.
+
 ``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``: one sidecar per test
 module, reached with ``client`` (tests keep apart by names of their own, see
 :mod:`support.names`) or ``shared_client`` (a prefix of the test's own is put on every run and
