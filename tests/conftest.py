@@ -5,7 +5,7 @@ runs against each backend: ``pytest --backend NAME``.
 
 A sidecar is a process of its own forked from the test process (:mod:`support.forked`: no
 interpreter start, same code); ``Sidecar(..., fresh=True)`` runs the console script instead,
-for tests of start-up, imports or absolute memory.
+for tests of start-up, imports or absolute memory; ``OPENWOP_TEST_FRESH=1`` does so for all.
 
 ``sidecar``/``rpc``: a fresh sidecar per test. ``shared_sidecar``: one sidecar per test
 module, reached with ``client`` (tests keep apart by names of their own, see

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 EXE = shutil.which("openwop-memory", path=os.path.dirname(sys.executable)) or "openwop-memory"
 
+# OPENWOP_TEST_FRESH=1 starts every sidecar and command as a new process, as before the
+# forks (support.forked): to tell a failure of the code from one of the way tests start it.
+ALWAYS_FRESH = os.environ.get("OPENWOP_TEST_FRESH") == "1"
+
 # Linux's ``sun_path`` holds 108 bytes with the terminating NUL: a socket path of more is refused.
 SOCKET_PATH_MAX = 107
 # Room a work directory leaves for the socket names tests put in it (``var/openwop-memory.sock``).
@@ -82,7 +86,7 @@ def run_cli(
     In a forked child of this process (:mod:`support.forked`: the command's code without
     a second of interpreter start), unless ``fresh``: then the console script in a new
     process, for a test of how the command starts."""
-    if not fresh:
+    if not (fresh or ALWAYS_FRESH):
         return run_cli_forked(*args, env=env, timeout=timeout)
     return subprocess.run(
         [EXE, *args],
@@ -205,7 +209,7 @@ class Sidecar:
         self.args = list(args)
         inherited = os.environ if measured else unmeasured(os.environ)
         self.env = {**inherited, **(env or {})}
-        self.fresh = fresh or not measured
+        self.fresh = fresh or not measured or ALWAYS_FRESH
         self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
 
     @property
