@@ -105,6 +105,7 @@ class History:
     puts: list[tuple[str, str, float, float]] = field(default_factory=list)  # tenant, id, s, a
     deletes: list[tuple[str, str, float, float]] = field(default_factory=list)
     views: list[tuple[str, set[str], float, float]] = field(default_factory=list)
+    snapshots: list[tuple[str, str, set[str]]] = field(default_factory=list)  # tenant, at, ids
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -136,13 +137,16 @@ def _worker(sidecar: Sidecar, seed: int, history: History, until: float) -> None
             else:
                 n += 1
                 run = f"v{seed}-{n}"
-                c.call("run.begin", runId=run, tenant=tenant)
+                begun = c.call("run.begin", runId=run, tenant=tenant)
                 answered = time.monotonic()
                 listed = c.call(
                     "memory.list", runId=run, memoryRef="scope", options={"limit": 1000}
                 )
                 with history.lock:
                     history.views.append((tenant, {e["id"] for e in listed}, sent, answered))
+                    history.snapshots.append(
+                        (tenant, begun["snapshotAt"], {e["id"] for e in listed})
+                    )
 
 
 def run_workers(sidecars: list[Sidecar], seconds: float) -> History:
@@ -192,9 +196,20 @@ def test_three_sidecars_views_follow_real_time(workdir: Path) -> None:
     view: a put answered before the begin was sent is in it (unless a delete answered
     before the begin was sent removed it), a put sent after the begin answered is not, and
     it is closed under real-time order (a put answered before a seen put was sent is seen,
-    unless deleted)."""
+    unless deleted). A run as of each view's snapshotAt, on any sidecar, sees that view."""
     with fleet(workdir, 3) as sidecars:
         history = run_workers(sidecars, 4)
+        # Read-only runs as of each snapshot's time, on every sidecar in turn (the
+        # deletes of the load since then included): each sees exactly that snapshot.
+        with ExitStack() as stack:
+            clients = [stack.enter_context(s.client()) for s in sidecars]
+            for n, (tenant, at, seen) in enumerate(history.snapshots):
+                c = clients[n % len(clients)]
+                c.call("run.begin", runId=f"as-of-{n}", tenant=tenant, asOf=at)
+                listed = c.call(
+                    "memory.list", runId=f"as-of-{n}", memoryRef="scope", options={"limit": 1000}
+                )
+                assert {e["id"] for e in listed} == seen, (n, at)
     assert len(history.views) > 20 and len(history.puts) > 100, (
         len(history.views),
         len(history.puts),

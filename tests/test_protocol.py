@@ -79,6 +79,8 @@ def test_capabilities_shape(client: RawClient) -> None:
                 "retention": {"ttl": True, "forget": False},
                 # Issue 24: the change feed, memory.changes.
                 "vendor.openwop-memory.changes": {"supported": True},
+                # Runs as of a past time (run.begin's asOf), within the replay retention.
+                "vendor.openwop-memory.asOf": {"supported": True, "retentionSeconds": 604800},
             },
         }
     }

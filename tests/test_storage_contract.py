@@ -8,18 +8,21 @@ passed explicitly (µs); only createdAt comes from the store's clock.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
-from openwop_memory.domain import NotNow, SweepHorizons
+from openwop_memory.domain import NotNow, SweepHorizons, new_entry_id
 from openwop_memory.retrieval.search import Search
 from openwop_memory.storage.base import (
     BeginOutcome,
+    EntryRow,
     PutOutcome,
     RunKey,
+    RunRecord,
     Scope,
     Snapshot,
     Storage,
@@ -373,8 +376,10 @@ async def test_a_kept_key_pins_its_deleted_entry_through_the_sweep(store: Storag
     req = put_request(A, "pinned", key="pin")
     entry = await stored(store, req, now=t0)
     assert await store.delete(scope=A, entry_id=entry.id, now_us=t0) is True
+    # Past the delete's replay retention: only the key holds the tombstone.
+    past = now_us() + DAY
     horizons = SweepHorizons(
-        now_us=t0 + DAY, run_cutoff_us=0, marker_cutoff_us=0, key_cutoff_us=t0 - 1
+        now_us=t0 + DAY, run_cutoff_us=past, marker_cutoff_us=0, key_cutoff_us=t0 - 1
     )
     counts = await store.sweep(horizons=horizons, batch_size=10)
     assert counts.errors == [] and counts.purged_idempotency_keys == 0
@@ -383,7 +388,7 @@ async def test_a_kept_key_pins_its_deleted_entry_through_the_sweep(store: Storag
     assert replay.outcome is PutOutcome.REPLAYED and replay.entry == entry
     # Once the key goes, so may the tombstone, and the same put stores anew.
     counts = await store.sweep(
-        horizons=SweepHorizons(t0 + DAY, 0, 0, key_cutoff_us=t0), batch_size=10
+        horizons=SweepHorizons(t0 + DAY, past, 0, key_cutoff_us=t0), batch_size=10
     )
     assert counts.purged_idempotency_keys == 1
     assert counts.purged_tombstones == 1
@@ -444,13 +449,41 @@ async def test_sweep_purges_a_tombstone_only_once_no_retained_snapshot_sees_it(
     counts = await store.sweep(horizons=none_expire, batch_size=10)
     assert counts.purged_tombstones == 0
     assert await ids(store, A, old.snapshot) == [entry.id]  # still visible to that run
-    # Once the run holding the older snapshot is past retention, the tombstone can go.
+    # Once the run holding the older snapshot is past retention, and so is the delete,
+    # the tombstone can go.
+    cutoff = now_us() + SECOND
     counts = await store.sweep(
-        horizons=SweepHorizons(t0 + DAY, run_cutoff_us=t0, marker_cutoff_us=0, key_cutoff_us=0),
+        horizons=SweepHorizons(t0 + DAY, cutoff, marker_cutoff_us=0, key_cutoff_us=0),
         batch_size=10,
     )
     assert counts.expired_runs == 1 and counts.purged_tombstones == 1
     assert await ids(store, A, old.snapshot) == []
+
+
+async def test_sweep_keeps_a_tombstone_for_the_retention_after_its_delete(
+    store: Storage,
+) -> None:
+    """No run holds the deleted entry, yet a run as of a time before the delete must still
+    see it, so the tombstone stays until the delete is past the replay retention."""
+    entry = await stored(store, put_request(A, "deleted, no run holding it"))
+    before = now_us()
+    await anyio.sleep(0.002)
+    assert await store.delete(scope=A, entry_id=entry.id, now_us=now_us()) is True
+    counts = await store.sweep(horizons=SweepHorizons(now_us(), before, 0, 0), batch_size=10)
+    assert counts.purged_tombstones == 0
+    as_of = await store.begin_run(
+        run_id="as-of-before-delete",
+        tenant="tenant-a",
+        replay=False,
+        now_us=now_us(),
+        retention_cutoff_us=0,
+        as_of_us=before,
+    )
+    assert as_of.outcome is BeginOutcome.CREATED and as_of.run is not None
+    assert await ids(store, A, as_of.run.snapshot) == [entry.id]
+    later = now_us() + SECOND
+    counts = await store.sweep(horizons=SweepHorizons(later, later, 0, 0), batch_size=10)
+    assert counts.purged_tombstones == 1
 
 
 async def test_clock_is_now(store: Storage) -> None:
@@ -707,3 +740,123 @@ async def test_a_kept_key_of_an_expired_entry_is_refused(store: Storage) -> None
     counts = await store.sweep(horizons=SweepHorizons(later, 0, 0, key_cutoff_us=t0), batch_size=10)
     assert counts.purged_idempotency_keys == 1
     assert (await store.put(request=other, now_us=later)).outcome is PutOutcome.STORED
+
+
+# -- runs as of a time ------------------------------------------------------------------------
+
+
+async def as_of_run(
+    store: Storage, run_id: str, as_of: int, tenant: str = "tenant-a"
+) -> RunRecord | BeginOutcome:
+    """``begin_run`` of a read-only run as of ``as_of``: its outcome, or its record."""
+    result = await store.begin_run(
+        run_id=run_id,
+        tenant=tenant,
+        replay=False,
+        now_us=now_us(),
+        retention_cutoff_us=now_us() - RETENTION,
+        as_of_us=as_of,
+    )
+    if result.outcome is BeginOutcome.CREATED:
+        assert result.run is not None
+        return result.run
+    return result.outcome
+
+
+async def test_a_run_as_of_a_time_sees_what_a_run_begun_then_saw(store: Storage) -> None:
+    """Puts, keyed supersedes and deletes, with runs begun between them (some in the same
+    group commit as writes): a read-only run as of each run's snapshotAt sees exactly its
+    entries; so does one as of any time between two runs, which sees what the earlier saw."""
+    live: list[str] = []
+    runs: list[RunRecord] = []
+    n = 0
+
+    async def write(i: int) -> None:
+        if i % 5 == 3 and live:
+            assert await store.delete(scope=A, entry_id=live.pop(0), now_us=now_us())
+        else:
+            key = "k" if i % 4 == 1 else None
+            request = dataclasses.replace(put_request(A, f"entry {i}"), entry_key=key)
+            result = await store.put(request=request, now_us=now_us())
+            assert result.entry is not None
+            if result.superseded in live:
+                live.remove(result.superseded)
+            live.append(result.entry.id)
+
+    for step in range(12):
+        async with anyio.create_task_group() as tg:  # writes and a begin in one group
+            for i in range(3):
+                tg.start_soon(write, n + i)
+            n += 3
+            tg.start_soon(_begin_into, runs, store, f"at-{step}")
+    times = sorted(r.snapshot_us for r in runs)
+    assert len(set(times)) == len(times)  # each snapshot has a time of its own
+    for number, run in enumerate(runs):
+        seen = await ids(store, A, run.snapshot)
+        again = await as_of_run(store, f"as-of-{number}", run.snapshot_us)
+        assert not isinstance(again, BeginOutcome), again
+        assert again.snapshot_us == run.snapshot_us and again.as_of_us == run.snapshot_us
+        assert await ids(store, A, again.snapshot) == seen, number
+        between = await as_of_run(store, f"between-{number}", run.snapshot_us + 1)
+        later = [t for t in times if t > run.snapshot_us]
+        if not isinstance(between, BeginOutcome) and (not later or later[0] > run.snapshot_us + 1):
+            assert await ids(store, A, between.snapshot) == seen, number
+
+
+async def _begin_into(runs: list[RunRecord], store: Storage, run_id: str) -> None:
+    runs.append(await begun(store, run_id))
+
+
+async def test_a_run_as_of_a_time_resumes_and_refuses_what_it_cannot_be(store: Storage) -> None:
+    await stored(store, put_request(A, "before"))
+    t = now_us()
+    await anyio.sleep(0.002)
+    await stored(store, put_request(A, "after"))
+    first = await as_of_run(store, "as-of", t)
+    assert not isinstance(first, BeginOutcome)
+    again = await store.begin_run(
+        run_id="as-of",
+        tenant="tenant-a",
+        replay=True,
+        now_us=now_us(),
+        retention_cutoff_us=0,
+        as_of_us=t,
+    )
+    assert again.outcome is BeginOutcome.RESUMED and again.run == first
+    # The same id as of another time, or begun to write: another run, refused.
+    assert await as_of_run(store, "as-of", t - 1) is BeginOutcome.AS_OF_MISMATCH
+    writing = await store.begin_run(
+        run_id="as-of", tenant="tenant-a", replay=False, now_us=now_us(), retention_cutoff_us=0
+    )
+    assert writing.outcome is BeginOutcome.AS_OF_MISMATCH
+    await begun(store, "writer")
+    assert await as_of_run(store, "writer", t) is BeginOutcome.AS_OF_MISMATCH
+    # Before the store's history began (here: its creation), nothing is exact.
+    assert await as_of_run(store, "ancient", 0) is BeginOutcome.AS_OF_UNAVAILABLE
+    # Later than the store's clock: the future is not a snapshot.
+    assert await as_of_run(store, "future", now_us() + DAY) is BeginOutcome.AS_OF_FUTURE
+    # Another tenant's run as of the same time sees its own (empty) memory.
+    other = await as_of_run(store, "as-of", t, tenant="tenant-b")
+    assert not isinstance(other, BeginOutcome)
+    assert await ids(store, B, other.snapshot) == []
+
+
+async def test_an_import_is_in_the_history_of_runs_as_of_a_time(store: Storage) -> None:
+    """An imported row keeps its createdAt, and its change record is at the import's time:
+    a run as of a time before the import does not see it, one after it does, and the
+    feed tells of it."""
+    await stored(store, put_request(A, "before the import"))
+    before = now_us()
+    await anyio.sleep(0.002)
+    imported = EntryRow(new_entry_id(before - SECOND), "imported", (), before - SECOND, None, 0)
+    assert await store.import_entries(entries=[StoredEntry(A, imported)]) == 1
+    earlier = await as_of_run(store, "before-import", before)
+    assert not isinstance(earlier, BeginOutcome)
+    assert imported.id not in await ids(store, A, earlier.snapshot)
+    assert [c.entry_id for c in await store.changes(tenant="tenant-a", after=0, limit=10)][
+        -1
+    ] == imported.id
+    await anyio.sleep(0.002)
+    after = await as_of_run(store, "after-import", now_us())
+    assert not isinstance(after, BeginOutcome)
+    assert imported.id in await ids(store, A, after.snapshot)

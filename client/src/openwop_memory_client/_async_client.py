@@ -15,6 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -234,12 +235,15 @@ class AsyncMemoryClient:
         secrets: SecretsArg = None,
         *,
         replay: bool = False,
+        as_of: datetime | None = None,
     ) -> AsyncMemoryRun:
         """A run to open with ``async with``; see :class:`AsyncMemoryRun`.
 
         ``secrets`` is a mapping secret id -> value or an iterable of :class:`SecretSpec`.
+        With ``as_of`` (an aware datetime within the replay retention) the run is read-only
+        and sees exactly what a run begun at that time saw; it takes no secrets.
         """
-        return AsyncMemoryRun(self, run_id, tenant, secrets, replay=replay)
+        return AsyncMemoryRun(self, run_id, tenant, secrets, replay=replay, as_of=as_of)
 
     async def _object(self, method: str) -> dict[str, Any]:
         result = await self._request(method, {})

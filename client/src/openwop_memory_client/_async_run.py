@@ -81,11 +81,13 @@ class AsyncMemoryRun:
         secrets: SecretsArg = None,
         *,
         replay: bool = False,
+        as_of: datetime | None = None,
     ) -> None:
         self._client = client
         self.run_id = run_id
         self.tenant = tenant
         self.replay = replay
+        self.as_of = as_of
         self._secrets = secrets_to_wire(secrets)
         # How RunNotOpenError tells the caller to open the run; the blocking MemoryRun
         # that wraps this object sets it to "with".
@@ -116,6 +118,14 @@ class AsyncMemoryRun:
         :raises RunNotOpenError: the run has not begun.
         """
         return self._result().resumed
+
+    @property
+    def read_only(self) -> bool:
+        """True for a run begun ``as_of`` a past time: it reads, it never writes.
+
+        :raises RunNotOpenError: the run has not begun.
+        """
+        return self._result().readOnly
 
     def _result(self) -> RunBeginResult:
         self._check_begun()
@@ -175,7 +185,9 @@ class AsyncMemoryRun:
                 raise
 
     async def _begin(self, *, replay: bool) -> RunBeginResult:
-        params = begin_params(self.run_id, self.tenant, self._secrets, replay=replay)
+        params = begin_params(
+            self.run_id, self.tenant, self._secrets, replay=replay, as_of=self.as_of
+        )
         return parse_begin(await self._client._request("run.begin", params))
 
     async def _rebegin(self, generation: int) -> None:

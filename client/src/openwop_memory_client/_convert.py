@@ -148,7 +148,12 @@ def secrets_to_wire(secrets: SecretsArg) -> list[dict[str, Any]]:
 
 
 def begin_params(
-    run_id: str, tenant: str, secrets: list[dict[str, Any]], *, replay: bool
+    run_id: str,
+    tenant: str,
+    secrets: list[dict[str, Any]],
+    *,
+    replay: bool,
+    as_of: datetime | None = None,
 ) -> dict[str, Any]:
     """``run.begin`` params. :raises MemoryValidationError: one is malformed."""
     params: dict[str, Any] = {"runId": run_id, "tenant": tenant}
@@ -156,6 +161,11 @@ def begin_params(
         params["secrets"] = secrets
     if replay:
         params["replay"] = True
+    if as_of is not None:
+        given: object = as_of  # the annotation is a promise the caller may not have kept
+        if not isinstance(given, datetime):
+            raise _invalid("asOf", f"as_of must be a datetime, not {type(as_of).__name__}")
+        params["asOf"] = _format(as_of, "asOf")
     return _checked(RunBeginParams, params)
 
 

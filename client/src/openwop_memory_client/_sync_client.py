@@ -159,15 +159,18 @@ class MemoryClient:
         secrets: SecretsArg = None,
         *,
         replay: bool = False,
+        as_of: datetime | None = None,
     ) -> MemoryRun:
         """A run to open with ``with client.run(...) as run:``; see :class:`MemoryRun`.
 
         :param secrets: the run's BYOK secrets: a mapping secret id -> value, or an
             iterable of :class:`SecretSpec`.
         :param replay: begin on the snapshot the run id already has (resume a run).
+        :param as_of: a read-only run that sees exactly what a run begun at this past time
+            (an aware datetime within the replay retention) saw; it takes no secrets.
         :raises MemoryValidationError: ``secrets`` is neither form.
         """
-        run = self._async.run(run_id, tenant, secrets, replay=replay)
+        run = self._async.run(run_id, tenant, secrets, replay=replay, as_of=as_of)
         run._block_hint = "with"
         return MemoryRun(self, run)
 
@@ -213,6 +216,14 @@ class MemoryRun:
         :raises RunNotOpenError: the run has not begun.
         """
         return self._run.resumed
+
+    @property
+    def read_only(self) -> bool:
+        """True for a run begun ``as_of`` a past time (it never writes).
+
+        :raises RunNotOpenError: the run has not begun.
+        """
+        return self._run.read_only
 
     def __enter__(self) -> Self:
         """Send ``run.begin``.

@@ -115,6 +115,9 @@ class RunBeginParams(_Params):
     tenant: Name
     secrets: list[SecretSpec] = Field(default_factory=_no_items, max_length=MAX_SECRETS)
     replay: bool = False
+    # *(extension)* A read-only run whose snapshot is the one a run begun at this RFC 3339
+    # time took (checked by the sidecar).
+    asOf: str | None = Field(default=None, max_length=64)
 
 
 class RunAddSecretsParams(_Params):
@@ -293,3 +296,4 @@ class RunBeginResult(BaseModel):
     tenant: str
     snapshotAt: str
     resumed: bool
+    readOnly: bool = False  # *(extension)* begun with asOf

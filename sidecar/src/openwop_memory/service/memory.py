@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import orjson
 from openwop_memory_client import (
     ConflictError,
+    ForbiddenError,
     ReplaySnapshotUnavailableError,
     RunNotFoundError,
     ValidationError,
@@ -114,6 +115,7 @@ _Run = TypeVar("_Run", RunHandle, RunRecord, RunHandle | RunRecord)
 # schema allows only ``supported`` and ``modes``).
 VENDOR_RELEVANCE = "vendor.openwop-memory.relevance"
 VENDOR_CHANGES = "vendor.openwop-memory.changes"
+VENDOR_AS_OF = "vendor.openwop-memory.asOf"
 
 # No entry can count this many tokens (entries are capped far below it); it also fits a
 # signed 32-bit column.
@@ -221,8 +223,38 @@ def _created_or_resumed(run_id: str, result: BeginResult) -> RunRecord:
             "no memory snapshot was taken for this run",
             {"runId": run_id, "reason": "unknown_run"},
         )
+    if outcome is BeginOutcome.AS_OF_MISMATCH:
+        raise ConflictError(
+            "this run id names a run begun otherwise (as of another time, or not read-only);"
+            " use a new run id",
+            {"field": "asOf"},
+        )
+    if outcome is BeginOutcome.AS_OF_FUTURE:
+        raise ValidationError("asOf is later than the database's clock", {"field": "asOf"})
+    if outcome is BeginOutcome.AS_OF_UNAVAILABLE:
+        raise ReplaySnapshotUnavailableError(
+            "memory is not held exactly as of that time (the database was upgraded to"
+            " runs as of a time later)",
+            {"runId": run_id, "reason": "history_unavailable"},
+        )
     assert result.run is not None
     return result.run
+
+
+def _check_writes(run: RunHandle | RunRecord) -> None:
+    """:raises ForbiddenError: ``run`` is read-only (begun as of a time)."""
+    if isinstance(run, RunRecord) and run.as_of_us is not None:
+        raise ForbiddenError("the run is read-only (begun as of a past time)", {"field": "runId"})
+
+
+def _as_of_us(text: str) -> int:
+    """:raises ValidationError: ``asOf`` is not an RFC 3339 time with an offset."""
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        raise ValidationError(
+            "asOf: not an RFC 3339 time with an offset", {"field": "asOf"}
+        ) from None
 
 
 def _run_begin_answer(handle: RunHandle, *, resumed: bool) -> dict[str, Any]:
@@ -313,6 +345,11 @@ class MemoryService:
                     # change. Not RFC 0057's attribution block: the sidecar emits no run
                     # events; a host emits memory.written from this feed.
                     VENDOR_CHANGES: {"supported": True},
+                    # Read-only runs as of a past time, within the replay retention.
+                    VENDOR_AS_OF: {
+                        "supported": True,
+                        "retentionSeconds": self._config.replay_retention_us // 1_000_000,
+                    },
                 },
             }
         }
@@ -323,6 +360,8 @@ class MemoryService:
     # -- runs ----------------------------------------------------------------------------
 
     async def run_begin(self, params: RunBeginParams) -> dict[str, Any]:
+        if params.asOf is not None:
+            return await self._begin_as_of(params, params.asOf)
         key = RunKey(params.tenant, params.runId)
         uid = CALLER_UID.get()
         handle = self._runs.get(key)
@@ -365,6 +404,51 @@ class MemoryService:
         self._runs.claim(handle, uid)
         await self._add_secrets(handle, params.secrets)
         return _run_begin_answer(handle, resumed=resumed)
+
+    async def _begin_as_of(self, params: RunBeginParams, as_of: str) -> dict[str, Any]:
+        """*(extension)* A read-only run as of a past time: persisted only (nothing of it is
+        held in this process, so ``run.end`` of it answers ``false``), readable on every
+        sidecar of the database like any stored run, refused every write.
+
+        :raises ValidationError: ``asOf`` is malformed or in the future, or secrets given.
+        :raises ReplaySnapshotUnavailableError: ``asOf`` is past the replay retention, or
+            before the database's exact history.
+        :raises ConflictError: the run id is a run begun otherwise.
+        """
+        as_of_us = _as_of_us(as_of)
+        if params.secrets:
+            raise ValidationError(
+                "a run as of a time is read-only: it takes no secrets", {"field": "secrets"}
+            )
+        if self._runs.get(RunKey(params.tenant, params.runId)) is not None:
+            raise ConflictError(
+                "this run id names a run begun otherwise (open here, not read-only);"
+                " use a new run id",
+                {"field": "asOf"},
+            )
+        now = self._storage.clock_us()
+        cutoff = retention_cutoff_us(now, self._config.replay_retention_us)
+        if as_of_us <= cutoff:
+            raise ReplaySnapshotUnavailableError(
+                "asOf is past the replay retention",
+                {"runId": params.runId, "reason": "retention_expired"},
+            )
+        result = await self._storage.begin_run(
+            run_id=params.runId,
+            tenant=params.tenant,
+            replay=params.replay,
+            now_us=now,
+            retention_cutoff_us=cutoff,
+            as_of_us=as_of_us,
+        )
+        record = _created_or_resumed(params.runId, result)
+        return {
+            "runId": record.run_id,
+            "tenant": record.tenant,
+            "snapshotAt": format_us(record.snapshot_us),
+            "resumed": result.outcome is BeginOutcome.RESUMED,
+            "readOnly": True,
+        }
 
     async def run_add_secrets(self, params: RunAddSecretsParams) -> dict[str, Any]:
         handle = self._open_run(params.runId, None)
@@ -653,6 +737,7 @@ class MemoryService:
 
     async def delete(self, params: DeleteParams) -> bool:
         run = await self._any_run(params.runId, params.memoryRef)
+        _check_writes(run)
         scope = self._refs.resolve(params.memoryRef, run.tenant)
         if scope is None:
             return False
@@ -662,7 +747,12 @@ class MemoryService:
     async def put(self, params: PutParams) -> dict[str, Any]:
         policy = self._put_policy
         expires_us = policy.check_entry(params.entry)
-        handle = self._open_run(params.runId, params.memoryRef)
+        try:
+            handle = self._open_run(params.runId, params.memoryRef)
+        except RunNotFoundError:
+            # A read-only run is never open: say so rather than "begin it again".
+            _check_writes(await self._any_run(params.runId, params.memoryRef))
+            raise
         scope = self._refs.resolve(params.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})

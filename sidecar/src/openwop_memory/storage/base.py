@@ -93,12 +93,15 @@ class RunKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """A persisted run: its tenant and snapshot (and the time the snapshot was taken)."""
+    """A persisted run: its tenant and snapshot (and the time the snapshot was taken).
+    ``as_of_us`` is set for a read-only run begun as of that past time (then also its
+    ``snapshot_us``); ``None`` for a run that writes."""
 
     run_id: str
     tenant: str
     snapshot: Snapshot
     snapshot_us: int
+    as_of_us: int | None = None
 
 
 class BeginOutcome(enum.Enum):
@@ -108,6 +111,12 @@ class BeginOutcome(enum.Enum):
     RESUMED = "resumed"  # the run's retained snapshot, now touched
     RETENTION_EXPIRED = "retention_expired"  # replay: the run's snapshot is past retention
     UNKNOWN_RUN = "unknown_run"  # replay: no snapshot was ever taken for the run
+    # The tenant's run of this id is of the other kind (read-only or not), or read-only as
+    # of another time.
+    AS_OF_MISMATCH = "as_of_mismatch"
+    AS_OF_FUTURE = "as_of_future"  # as of a time past the store's clock
+    # As of a time before the store's history is exact (its upgrade to the schema).
+    AS_OF_UNAVAILABLE = "as_of_unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +133,9 @@ REFUSED: dict[BeginOutcome, BeginResult] = {
     for outcome in (
         BeginOutcome.RETENTION_EXPIRED,
         BeginOutcome.UNKNOWN_RUN,
+        BeginOutcome.AS_OF_MISMATCH,
+        BeginOutcome.AS_OF_FUTURE,
+        BeginOutcome.AS_OF_UNAVAILABLE,
     )
 }
 
@@ -133,23 +145,51 @@ class FoundRun(NamedTuple):
 
     has_snapshot: bool  # False: a run marker, its snapshot past retention
     touched_us: int
+    as_of_us: int | None = None  # a read-only run's time (RunRecord.as_of_us)
 
 
 def classify_run(
-    found: FoundRun | None, *, tenant: str, replay: bool, retention_cutoff_us: int
+    found: FoundRun | None,
+    *,
+    tenant: str,
+    replay: bool,
+    retention_cutoff_us: int,
+    as_of_us: int | None = None,
 ) -> BeginOutcome:
     """What :meth:`Storage.begin_run` does with the run it found, the one rule every backend
     applies: ``found`` is the stored row of ``tenant``'s run of that id, or ``None`` for a
     run that tenant never began (another tenant's run of the same id is another run).
 
     RESUMED: keep the snapshot (touch it). CREATED: take a fresh snapshot (a new run, or one
-    past retention without ``replay``). The others write nothing.
+    past retention without ``replay``). AS_OF_MISMATCH: the retained run is not the one
+    asked for (read-only as of ``as_of_us``, or writing when that is ``None``). The others
+    write nothing. A run as of a time is always reproducible, so ``replay`` never refuses
+    one.
     """
+    replay = replay and as_of_us is None
     if found is None:
         return BeginOutcome.UNKNOWN_RUN if replay else BeginOutcome.CREATED
     if found.has_snapshot and found.touched_us > retention_cutoff_us:
+        if found.as_of_us != as_of_us:
+            return BeginOutcome.AS_OF_MISMATCH
         return BeginOutcome.RESUMED
     return BeginOutcome.RETENTION_EXPIRED if replay else BeginOutcome.CREATED
+
+
+def as_of_position(*, at_or_before: int | None, first_after: int | None, clock: int) -> int:
+    """The snapshot of a run begun at a past time T, from the change feed's write positions
+    (the sequence number of each put, supersede and delete, which a backend stamps in
+    commit order with times that never go back and that are later than every snapshot
+    taken before them): the newest position written at or before T; else, when the feed no
+    longer holds it (older than retention), the position before the first written after
+    T; else (nothing written since) the ``clock``. Any position from the newest write at
+    or before T up to the one before the first after it shows exactly the same entries,
+    so each answer is the snapshot a run begun at T took."""
+    if at_or_before is not None:
+        return at_or_before
+    if first_after is not None:
+        return first_after - 1
+    return clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,9 +459,17 @@ class Storage(Protocol):
         """The MAC key for issued refs, created once per database and shared by all sidecars."""
 
     async def begin_run(
-        self, *, run_id: str, tenant: str, replay: bool, now_us: int, retention_cutoff_us: int
+        self,
+        *,
+        run_id: str,
+        tenant: str,
+        replay: bool,
+        now_us: int,
+        retention_cutoff_us: int,
+        as_of_us: int | None = None,
     ) -> BeginResult:
-        """In one transaction: classify the run and take a snapshot if it needs one.
+        """In one transaction: classify the run (:func:`classify_run`) and take a snapshot if
+        it needs one.
 
         A run is named by its tenant and its id together: runs of the same id under other
         tenants are other runs, never looked at (so an id taken by one tenant neither
@@ -429,6 +477,15 @@ class Storage(Protocol):
         touched after ``retention_cutoff_us``: RESUMED (touched at ``now_us``). Otherwise, with
         ``replay``: RETENTION_EXPIRED if the run is known, UNKNOWN_RUN if not; without it:
         CREATED, with a fresh snapshot touched at ``now_us``. Only CREATED and RESUMED write.
+
+        A fresh snapshot's time (``snapshot_us``) is the store's clock, and every write
+        committed after it is stamped later, so the snapshot is exactly the writes stamped
+        at or before that time. With ``as_of_us`` the run is read-only and its snapshot is
+        the one a run begun then took (:func:`as_of_position`), with ``snapshot_us`` equal
+        to ``as_of_us``: AS_OF_FUTURE if that is past the store's clock, AS_OF_UNAVAILABLE
+        if it is before the store's exact history begins (its schema's upgrade to runs as
+        of a time). An import writes a change record for each entry it adds, at the
+        import's time, so a run as of a time before an import does not see its entries.
         """
 
     async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:

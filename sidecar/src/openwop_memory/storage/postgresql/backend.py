@@ -72,6 +72,7 @@ from ..base import (
     StoredEntry,
     SweepCounts,
     VectorRow,
+    as_of_position,
     classify_run,
     replayed,
 )
@@ -102,6 +103,14 @@ _TAKE_CLOCK = (
     f"INSERT INTO tenant_clocks AS c (tenant, seq, last_us) VALUES ($1, $2, {DB_NOW_US})"
     " ON CONFLICT (tenant) DO UPDATE SET seq = c.seq + $2,"
     f" last_us = greatest(c.last_us, {DB_NOW_US}) RETURNING seq, last_us"
+)
+# A snapshot's clock: as _TAKE_CLOCK for no sequence number, and every later write of the
+# tenant is stamped past the snapshot's time (returned), so a snapshot is exactly the
+# writes stamped at or before it (what a run as of a time needs).
+_TAKE_SNAPSHOT = (
+    f"INSERT INTO tenant_clocks AS c (tenant, seq, last_us) VALUES ($1, 0, {DB_NOW_US} + 1)"
+    f" ON CONFLICT (tenant) DO UPDATE SET last_us = greatest(c.last_us, {DB_NOW_US}) + 1"
+    " RETURNING seq, last_us - 1"
 )
 # Idempotency keys pin a deleted entry (the second put returns it even after the delete);
 # they pin no expired one, which the sweep deletes whatever names it.
@@ -418,23 +427,36 @@ class PostgresqlStorage:
         return bytes(value)
 
     async def begin_run(
-        self, *, run_id: str, tenant: str, replay: bool, now_us: int, retention_cutoff_us: int
+        self,
+        *,
+        run_id: str,
+        tenant: str,
+        replay: bool,
+        now_us: int,
+        retention_cutoff_us: int,
+        as_of_us: int | None = None,
     ) -> BeginResult:
         async def op(conn: Conn, effects: Effects) -> BeginResult:
             # Twice at most: a first begin of the same run on another sidecar may insert it
             # between our look and our insert; then we classify the run it made.
             for _ in range(2):
                 row = await conn.fetchrow(
-                    "SELECT snapshot_seq, snapshot_us, touched_us FROM runs"
+                    "SELECT snapshot_seq, snapshot_us, touched_us, as_of_us FROM runs"
                     " WHERE tenant = $1 AND run_id = $2 FOR UPDATE",
                     tenant,
                     run_id,
                 )
                 found = None
                 if row is not None:
-                    found = FoundRun(row["snapshot_seq"] is not None, row["touched_us"])
+                    found = FoundRun(
+                        row["snapshot_seq"] is not None, row["touched_us"], row["as_of_us"]
+                    )
                 outcome = classify_run(
-                    found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
+                    found,
+                    tenant=tenant,
+                    replay=replay,
+                    retention_cutoff_us=retention_cutoff_us,
+                    as_of_us=as_of_us,
                 )
                 if outcome is BeginOutcome.RESUMED:
                     assert row is not None
@@ -445,38 +467,49 @@ class PostgresqlStorage:
                         now_us,
                     )
                     snapshot = Snapshot(row["snapshot_seq"])
-                    run = RunRecord(run_id, tenant, snapshot, row["snapshot_us"])
+                    run = RunRecord(run_id, tenant, snapshot, row["snapshot_us"], row["as_of_us"])
                     return BeginResult(outcome, run)
                 if outcome is not BeginOutcome.CREATED:
                     return REFUSED[outcome]
-                # Taking the clock (for no sequence number) waits for the tenant's writes in
-                # flight and pulls last_us up to now: entries inside the snapshot have
-                # createdAt <= it, later ones >= it.
-                seq, snap_us = await _take_clock(conn, tenant, 0)
+                # Taking the clock waits for the tenant's writes in flight: entries inside
+                # the snapshot have createdAt <= its time, later ones are stamped past it.
+                clock = await conn.fetchrow(_TAKE_SNAPSHOT, tenant)
+                assert clock is not None  # an upsert with RETURNING returns its row
+                seq, snap_us = int(clock[0]), int(clock[1])
+                if as_of_us is not None:
+                    if as_of_us > snap_us:
+                        return REFUSED[BeginOutcome.AS_OF_FUTURE]
+                    if as_of_us < await _history_since(conn):
+                        return REFUSED[BeginOutcome.AS_OF_UNAVAILABLE]
+                    if as_of_us < snap_us:
+                        seq = await _as_of_seq(conn, tenant, as_of_us, seq)
+                    snap_us = as_of_us
                 if row is not None:  # past retention: a fresh snapshot on the locked row
                     await conn.execute(
-                        "UPDATE runs SET snapshot_seq = $3, snapshot_us = $4, touched_us = $5"
-                        " WHERE tenant = $1 AND run_id = $2",
+                        "UPDATE runs SET snapshot_seq = $3, snapshot_us = $4, touched_us = $5,"
+                        " as_of_us = $6 WHERE tenant = $1 AND run_id = $2",
                         tenant,
                         run_id,
                         seq,
                         snap_us,
                         now_us,
+                        as_of_us,
                     )
                     inserted = True
                 else:
                     inserted = await conn.fetchval(
-                        "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
-                        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO NOTHING"
-                        " RETURNING true",
+                        "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us,"
+                        " as_of_us) VALUES ($1, $2, $3, $4, $5, $6)"
+                        " ON CONFLICT (tenant, run_id) DO NOTHING RETURNING true",
                         run_id,
                         tenant,
                         seq,
                         snap_us,
                         now_us,
+                        as_of_us,
                     )
                 if inserted:
-                    run = RunRecord(run_id, tenant, Snapshot(seq), snap_us)
+                    run = RunRecord(run_id, tenant, Snapshot(seq), snap_us, as_of_us)
                     return BeginResult(BeginOutcome.CREATED, run)
             raise AssertionError("a run row inserted by another sidecar vanished")
 
@@ -600,10 +633,12 @@ class PostgresqlStorage:
             if current_seq is not None:
                 # The supersede: the old revision ends at the new one's commit position.
                 await conn.execute(
-                    "UPDATE entries SET deleted_seq = $3 WHERE scope_pk = $1 AND seq = $2",
+                    "UPDATE entries SET deleted_seq = $3, deleted_us = $4"
+                    " WHERE scope_pk = $1 AND seq = $2",
                     scope_pk,
                     current_seq,
                     seq,
+                    created_us,
                 )
                 await conn.execute(
                     "UPDATE entry_keys SET ended_us = $3 WHERE scope_pk = $1 AND seq = $2",
@@ -635,7 +670,8 @@ class PostgresqlStorage:
         async def op(conn: Conn, effects: Effects) -> bool:
             seq, deleted_us = await _take_clock(conn, scope.tenant, 1)
             found = await conn.fetchrow(
-                f"UPDATE entries SET deleted_seq = $3 WHERE id = $4 AND scope_pk = {_SCOPE_PK}"
+                "UPDATE entries SET deleted_seq = $3, deleted_us = $6"
+                f" WHERE id = $4 AND scope_pk = {_SCOPE_PK}"
                 " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > $5)"
                 " RETURNING scope_pk, seq",
                 scope.tenant,
@@ -643,6 +679,7 @@ class PostgresqlStorage:
                 seq,
                 entry_id,
                 now_us,
+                deleted_us,
             )
             if found is None:
                 return False
@@ -665,13 +702,13 @@ class PostgresqlStorage:
     async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
         rows = await self._read(
             lambda conn: conn.fetch(
-                "SELECT tenant, snapshot_seq, snapshot_us FROM runs WHERE run_id = $1"
+                "SELECT tenant, snapshot_seq, snapshot_us, as_of_us FROM runs WHERE run_id = $1"
                 " AND snapshot_seq IS NOT NULL AND touched_us > $2 ORDER BY tenant",
                 run_id,
                 retention_cutoff_us,
             )
         )
-        return [RunRecord(run_id, row[0], Snapshot(row[1]), row[2]) for row in rows]
+        return [RunRecord(run_id, row[0], Snapshot(row[1]), row[2], row[3]) for row in rows]
 
     async def keyword_candidates(
         self,
@@ -968,7 +1005,8 @@ class PostgresqlStorage:
                 (horizons.marker_cutoff_us, batch_size),
             ),
             # A tombstone can go once every retained snapshot of its tenant is at or past
-            # its delete (a new snapshot is always at or past it).
+            # its delete (a new snapshot is always at or past it), and the delete is past
+            # the replay retention (a run as of a time before it still sees the entry).
             (
                 "purged_tombstones",
                 "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
@@ -977,7 +1015,8 @@ class PostgresqlStorage:
                 "(SELECT min(r.snapshot_seq) FROM runs r WHERE r.tenant = s.tenant"
                 " AND r.snapshot_seq IS NOT NULL),"
                 " (SELECT c.seq FROM tenant_clocks c WHERE c.tenant = s.tenant))"
-                f" AND {_UNPINNED} AND NOT EXISTS (SELECT 1 FROM entry_keys k"
+                f" AND coalesce(e.deleted_us, 0) <= $2 AND {_UNPINNED}"
+                " AND NOT EXISTS (SELECT 1 FROM entry_keys k"
                 " WHERE k.scope_pk = e.scope_pk AND k.seq = e.seq AND k.ended_us > $2)"
                 " LIMIT $1 FOR UPDATE OF e SKIP LOCKED)",
                 (batch_size, horizons.run_cutoff_us),
@@ -1138,8 +1177,9 @@ class PostgresqlStorage:
             for tenant in sorted(by_tenant):
                 fresh = by_tenant[tenant]
                 last, _ = await _take_clock(conn, tenant, len(fresh))
-                await conn.execute(
-                    "UPDATE tenant_clocks SET last_us = greatest(last_us, $2) WHERE tenant = $1",
+                at_us = await conn.fetchval(
+                    "UPDATE tenant_clocks SET last_us = greatest(last_us, $2) WHERE tenant = $1"
+                    " RETURNING last_us",
                     tenant,
                     max(i.entry.created_us for i, _ in fresh),
                 )
@@ -1162,6 +1202,10 @@ class PostgresqlStorage:
                     )
                     if row.tags:
                         await conn.execute(_INSERT_TAGS, scope_pk, list(row.tags), seq)
+                    # A put record at the import's time (the entry keeps its createdAt):
+                    # the feed tells of it, and a run as of a time before the import does
+                    # not see it, as no run begun then did.
+                    await conn.execute(_CHANGE, tenant, seq * 4, scope_pk, row.id, "put", at_us)
                 stored += len(fresh)
             return stored
 
@@ -1292,4 +1336,31 @@ def _sweep_batch(
 def _unavailable(reason: str) -> UpstreamUnavailableError:
     return UpstreamUnavailableError(
         "the PostgreSQL database is unavailable", {"backend": "postgresql", "reason": reason}
+    )
+
+
+async def _history_since(conn: Conn) -> int:
+    """The earliest time a run as of a time is exact from (see the schema, version 8)."""
+    value = await conn.fetchval("SELECT value FROM meta WHERE key = 'history_since_us'")
+    return 0 if value is None else int(bytes(value).decode())
+
+
+async def _as_of_seq(conn: Conn, tenant: str, as_of_us: int, clock: int) -> int:
+    """Holding ``tenant``'s clock, which is past ``as_of_us``: the snapshot of a run of
+    the tenant begun then (see :func:`~storage.base.as_of_position`). A change record's
+    position is its write's sequence number times 4 plus its index in the write."""
+    newest = await conn.fetchval(
+        "SELECT pos FROM changes WHERE tenant = $1 AND at_us <= $2 ORDER BY pos DESC LIMIT 1",
+        tenant,
+        as_of_us,
+    )
+    first = None
+    if newest is None:
+        first = await conn.fetchval(
+            "SELECT pos FROM changes WHERE tenant = $1 ORDER BY pos LIMIT 1", tenant
+        )
+    return as_of_position(
+        at_or_before=None if newest is None else int(newest) // 4,
+        first_after=None if first is None else int(first) // 4,
+        clock=clock,
     )

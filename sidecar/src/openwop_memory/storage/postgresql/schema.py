@@ -45,6 +45,12 @@ revisions of a key (the key's keyed digest, never its text) with their revision 
 when each ended, as in the SQLite schema (version 8 there). A keyed put holds its tenant's
 clock row like every write, so writers of one key, on any sidecar, are serialised.
 (Number 6 is left to a concurrent migration.)
+
+Version 8 (an extension) serves reads as of a past time, as version 10 of the SQLite
+schema: ``entries.deleted_us`` (so the sweep keeps a tombstone for the replay retention
+after its delete), ``runs.as_of_us`` (a read-only run's time) and the ``meta`` row
+``history_since_us`` (text: the earliest time such a run is exact from). A change
+record's position already names its write's sequence number.
 """
 
 from __future__ import annotations
@@ -205,6 +211,16 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                 PRIMARY KEY (tenant, pos)
             )""",
             "CREATE INDEX changes_by_age ON changes (at_us)",
+        ],
+    ),
+    (
+        8,
+        [
+            "ALTER TABLE entries ADD COLUMN deleted_us bigint",
+            "ALTER TABLE runs ADD COLUMN as_of_us bigint",
+            "INSERT INTO meta (key, value) SELECT 'history_since_us', convert_to(("
+            f"SELECT greatest(max(last_us), {DB_NOW_US}) + 1 FROM tenant_clocks)::text, 'UTF8')"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         ],
     ),
 ]

@@ -76,6 +76,7 @@ from ..base import (
     StoredEntry,
     SweepCounts,
     VectorRow,
+    as_of_position,
     classify_run,
     replayed,
 )
@@ -138,7 +139,9 @@ _HISTORY_SQL = (
     " AND (e.expires_us IS NULL OR e.expires_us > :now) AND k.revision < :before"
     " ORDER BY k.revision DESC LIMIT :limit"
 )
-_CHANGE = "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us) VALUES (?, ?, ?, ?, ?)"
+_CHANGE = (
+    "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us, seq) VALUES (?, ?, ?, ?, ?, ?)"
+)
 # The live entries and the scopes, exactly. Every row is counted off the narrowest index
 # (about 7 ms for a million entries), then the tombstones and the expired rows the sweep
 # has not erased yet are taken off through their partial indexes, which hold few rows.
@@ -589,20 +592,31 @@ class SqliteStorage:
         return bytes(rows[0][0])
 
     async def begin_run(
-        self, *, run_id: str, tenant: str, replay: bool, now_us: int, retention_cutoff_us: int
+        self,
+        *,
+        run_id: str,
+        tenant: str,
+        replay: bool,
+        now_us: int,
+        retention_cutoff_us: int,
+        as_of_us: int | None = None,
     ) -> BeginResult:
         def op(txn: Txn) -> BeginResult:
             rows = txn.conn.execute(
-                "SELECT snapshot_seq, snapshot_us, touched_us FROM runs"
+                "SELECT snapshot_seq, snapshot_us, touched_us, as_of_us FROM runs"
                 " WHERE tenant = ? AND run_id = ?",
                 (tenant, run_id),
             ).fetchall()
             found = None
             if rows:
-                snapshot_seq, snapshot_us, touched_us = rows[0]
-                found = FoundRun(snapshot_seq is not None, touched_us)
+                snapshot_seq, snapshot_us, touched_us, found_as_of = rows[0]
+                found = FoundRun(snapshot_seq is not None, touched_us, found_as_of)
             outcome = classify_run(
-                found, tenant=tenant, replay=replay, retention_cutoff_us=retention_cutoff_us
+                found,
+                tenant=tenant,
+                replay=replay,
+                retention_cutoff_us=retention_cutoff_us,
+                as_of_us=as_of_us,
             )
             if outcome is BeginOutcome.RESUMED:  # so a row was found, and unpacked above
                 txn.conn.execute(
@@ -610,25 +624,39 @@ class SqliteStorage:
                     (now_us, tenant, run_id),
                 )
                 snapshot = Snapshot(snapshot_seq)
-                return BeginResult(outcome, RunRecord(run_id, tenant, snapshot, snapshot_us))
+                run = RunRecord(run_id, tenant, snapshot, snapshot_us, found_as_of)
+                return BeginResult(outcome, run)
             if outcome is not BeginOutcome.CREATED:
                 return REFUSED[outcome]
             # Taken from the clock, so every entry inside the snapshot has createdAt <=
-            # snapshotAt and every later one has createdAt >= snapshotAt.
-            snap_us = txn.last_us
+            # snapshotAt and every later one has createdAt > snapshotAt.
+            snap_us, snap_seq = txn.last_us, txn.seq
+            if as_of_us is not None:
+                if as_of_us > snap_us:
+                    return REFUSED[BeginOutcome.AS_OF_FUTURE]
+                if as_of_us < self._history_since(txn):
+                    return REFUSED[BeginOutcome.AS_OF_UNAVAILABLE]
+                if as_of_us < snap_us:
+                    snap_seq = _as_of_seq(txn, as_of_us)
+                snap_us = as_of_us
+            txn.snapshot_taken()
             txn.conn.execute(
-                "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, run_id) DO UPDATE SET"
-                " snapshot_seq = excluded.snapshot_seq, snapshot_us = excluded.snapshot_us,"
-                " touched_us = excluded.touched_us",
-                (run_id, tenant, txn.seq, snap_us, now_us),
+                "INSERT INTO runs (run_id, tenant, snapshot_seq, snapshot_us, touched_us,"
+                " as_of_us) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, run_id) DO UPDATE"
+                " SET snapshot_seq = excluded.snapshot_seq, snapshot_us = excluded.snapshot_us,"
+                " touched_us = excluded.touched_us, as_of_us = excluded.as_of_us",
+                (run_id, tenant, snap_seq, snap_us, now_us, as_of_us),
             )
-            return BeginResult(
-                BeginOutcome.CREATED, RunRecord(run_id, tenant, Snapshot(txn.seq), snap_us)
-            )
+            run = RunRecord(run_id, tenant, Snapshot(snap_seq), snap_us, as_of_us)
+            return BeginResult(BeginOutcome.CREATED, run)
 
         result: BeginResult = await self._writer.write(op, quick=True)
         return result
+
+    @staticmethod
+    def _history_since(txn: Txn) -> int:
+        rows = txn.conn.execute("SELECT value FROM meta WHERE key = 'history_since_us'").fetchall()
+        return int(rows[0][0]) if rows else 0
 
     async def touch_runs(self, *, runs: Sequence[RunKey], now_us: int) -> None:
         if not runs:
@@ -693,7 +721,7 @@ class SqliteStorage:
                 txn.keys.append(KeyInsert(scope_pk, key, request.digest, seq, now_us))
             if head is None or request.entry_key is None:
                 txn.later.append(
-                    (_CHANGE, (request.scope.tenant, scope_pk, row.id, "put", created_us))
+                    (_CHANGE, (request.scope.tenant, scope_pk, row.id, "put", created_us, seq))
                 )
                 return PutResult(PutOutcome.STORED, row)
             latest, _, current_seq, current_id = head
@@ -707,15 +735,19 @@ class SqliteStorage:
             if current_seq is not None:
                 # The supersede: the old revision ends at the new one's commit position.
                 txn.later.append(
-                    ("UPDATE entries SET deleted_seq = ? WHERE seq = ?", (seq, current_seq))
+                    (
+                        "UPDATE entries SET deleted_seq = ?, deleted_us = ? WHERE seq = ?",
+                        (seq, created_us, current_seq),
+                    )
                 )
                 txn.later.append(
                     ("UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (created_us, current_seq))
                 )
                 assert current_id is not None
-                change = (request.scope.tenant, scope_pk, current_id, "supersede", created_us)
+                change = (request.scope.tenant, scope_pk, current_id, "supersede", created_us, seq)
                 txn.later.append((_CHANGE, change))
-            txn.later.append((_CHANGE, (request.scope.tenant, scope_pk, row.id, "put", created_us)))
+            change = (request.scope.tenant, scope_pk, row.id, "put", created_us, seq)
+            txn.later.append((_CHANGE, change))
             txn.key_heads[(scope_pk, request.entry_key)] = (seq, revision, row.expires_us, row.id)
             txn.revisions[seq] = revision
             return PutResult(PutOutcome.STORED, row, revision, current_id)
@@ -797,11 +829,13 @@ class SqliteStorage:
     async def delete(self, *, scope: Scope, entry_id: str, now_us: int) -> bool:
         def op(txn: Txn) -> bool:
             rows = txn.conn.execute(
-                f"UPDATE entries SET deleted_seq = :seq WHERE id = :id AND scope_pk = {_SCOPE_PK}"
+                "UPDATE entries SET deleted_seq = :seq, deleted_us = :us"
+                f" WHERE id = :id AND scope_pk = {_SCOPE_PK}"
                 " AND deleted_seq IS NULL AND (expires_us IS NULL OR expires_us > :now)"
                 " RETURNING seq, scope_pk",
                 {
                     "seq": txn.seq + 1,
+                    "us": txn.last_us,
                     "id": entry_id,
                     "tenant": scope.tenant,
                     "key": scope.key,
@@ -809,13 +843,14 @@ class SqliteStorage:
                 },
             ).fetchall()
             if rows:
-                _, deleted_us = txn.stamp()
+                deleted_seq, deleted_us = txn.stamp()
                 # A keyed revision's end, from which its history is kept for the retention.
                 txn.conn.execute(
                     "UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (deleted_us, rows[0][0])
                 )
                 txn.conn.execute(
-                    _CHANGE, (scope.tenant, rows[0][1], entry_id, "delete", deleted_us)
+                    _CHANGE,
+                    (scope.tenant, rows[0][1], entry_id, "delete", deleted_us, deleted_seq),
                 )
                 return True
             return False
@@ -832,12 +867,13 @@ class SqliteStorage:
 
     async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
         rows = await self._point_read(
-            "SELECT tenant, snapshot_seq, snapshot_us FROM runs"
+            "SELECT tenant, snapshot_seq, snapshot_us, as_of_us FROM runs"
             " WHERE run_id = ? AND snapshot_seq IS NOT NULL AND touched_us > ? ORDER BY tenant",
             (run_id, retention_cutoff_us),
         )
         return [
-            RunRecord(run_id, tenant, Snapshot(snap), snap_us) for tenant, snap, snap_us in rows
+            RunRecord(run_id, tenant, Snapshot(snap), snap_us, as_of)
+            for tenant, snap, snap_us, as_of in rows
         ]
 
     async def keyword_candidates(
@@ -1105,13 +1141,16 @@ class SqliteStorage:
                 " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
                 (horizons.marker_cutoff_us, batch_size),
             ),
-            # A tombstone can go once every retained snapshot is at or past its delete.
+            # A tombstone can go once every retained snapshot is at or past its delete,
+            # and the delete is past the replay retention (a run as of a time before it
+            # still sees the entry).
             (
                 "purged_tombstones",
                 "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE deleted_seq <="
                 " coalesce((SELECT min(snapshot_seq) FROM runs WHERE snapshot_seq IS NOT NULL),"
-                f" (SELECT seq FROM clock)) AND {_UNPINNED} AND {_HISTORY_PAST} LIMIT ?)",
-                (horizons.run_cutoff_us, batch_size),
+                " (SELECT seq FROM clock)) AND coalesce(deleted_us, 0) <= ?"
+                f" AND {_UNPINNED} AND {_HISTORY_PAST} LIMIT ?)",
+                (horizons.run_cutoff_us, horizons.run_cutoff_us, batch_size),
             ),
         ]
         for name, sql, params in steps:
@@ -1306,10 +1345,14 @@ class SqliteStorage:
                 return 0
             # Sequence numbers of their own, past those the group commit reserved, and the
             # clock pulled up to the newest createdAt, so later puts never date below it.
-            first, _ = txn.conn.execute(
+            first, at_us = txn.conn.execute(
                 "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
                 " RETURNING seq - ?, last_us",
-                (len(fresh), max(i.entry.created_us for i, _ in fresh), len(fresh)),
+                (
+                    len(fresh),
+                    max(max(i.entry.created_us for i, _ in fresh), txn.last_us),
+                    len(fresh),
+                ),
             ).fetchall()[0]
             for offset, (item, tokens) in enumerate(fresh, start=1):
                 row, seq = item.entry, first + offset
@@ -1328,6 +1371,11 @@ class SqliteStorage:
                     )
                 )
                 txn.tags.extend((scope_pk, tag, seq) for tag in row.tags)
+                # A put record at the import's time (the entry keeps its createdAt): the
+                # feed tells of it, and a run as of a time before the import does not see
+                # it, as no run begun then did.
+                change = (item.scope.tenant, scope_pk, row.id, "put", at_us, seq)
+                txn.later.append((_CHANGE, change))
             return len(fresh)
 
         stored: int = await self._writer.write(op)
@@ -1471,3 +1519,25 @@ def _statement(sql: str, params: tuple[Any, ...]) -> OpFn:
         return max(txn.conn.execute(sql, params).rowcount, 0)
 
     return op
+
+
+def _as_of_seq(txn: Txn, as_of_us: int) -> int:
+    """In a transaction whose clock is past ``as_of_us``: the snapshot of a run begun then
+    (see :func:`~storage.base.as_of_position`). The records of this transaction's own ops
+    are not written yet: those stamped at or before ``as_of_us`` are known from the
+    snapshots taken since (``txn.snapshots``), the others need not count, and
+    ``txn.start_seq`` stands for the clock without them."""
+    if as_of_us in txn.snapshots:
+        return txn.snapshots[as_of_us]
+    newest = txn.conn.execute(
+        "SELECT max(seq) FROM changes WHERE at_us = (SELECT max(at_us) FROM changes"
+        " WHERE at_us <= ? AND seq IS NOT NULL) AND seq IS NOT NULL",
+        (as_of_us,),
+    ).fetchall()[0][0]
+    first = None
+    if newest is None:
+        first = txn.conn.execute(
+            "SELECT min(seq) FROM changes WHERE at_us = (SELECT min(at_us) FROM changes"
+            " WHERE seq IS NOT NULL) AND seq IS NOT NULL"
+        ).fetchall()[0][0]
+    return as_of_position(at_or_before=newest, first_after=first, clock=txn.start_seq)

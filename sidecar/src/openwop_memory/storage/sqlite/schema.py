@@ -52,6 +52,15 @@ Version 9 takes keyword indexing off the put's transaction: the insert trigger g
 what its snapshot holds beyond it; see ``keywords.py``). The delete trigger stays,
 for the rows at or below that position only: an external-content index must not be told
 to forget a row it never held.
+
+Version 10 (an extension) serves reads as of a past time: ``changes.seq`` is the sequence
+number of the write a put, supersede or delete record stands for (NULL for expiry and
+forget, which change no snapshot's entries), so the feed maps a time to a snapshot;
+``entries.deleted_us`` is when a row was deleted or superseded, so the sweep keeps a
+tombstone for the replay retention after it (a run as of then still sees the entry);
+``runs.as_of_us`` marks a read-only run begun as of that time; and the ``meta`` row
+``history_since_us`` is the earliest time a run as of a time is exact from (records
+written before this version carry no ``seq``).
 """
 
 from __future__ import annotations
@@ -259,6 +268,16 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
                 INSERT INTO entries_fts (entries_fts, rowid, scope_pk, content)
                 VALUES ('delete', old.seq, old.scope_pk, old.content);
             END""",
+        ],
+    ),
+    (
+        10,
+        [
+            "ALTER TABLE changes ADD COLUMN seq INTEGER",
+            "ALTER TABLE entries ADD COLUMN deleted_us INTEGER",
+            "ALTER TABLE runs ADD COLUMN as_of_us INTEGER",
+            "INSERT OR REPLACE INTO meta (key, value)"
+            " SELECT 'history_since_us', last_us + 1 FROM clock",
         ],
     ),
 ]

@@ -158,6 +158,9 @@ class Txn:
     # Scope ids this transaction created: usable by its later ops, unknown to everyone
     # else until it commits (see SqliteStorage._scope_pk).
     new_scope_pks: dict[Scope, int] = field(default_factory=dict)
+    # last_us -> seq, as each snapshot taken in this transaction left them (see
+    # snapshot_taken): the writes of this transaction stamped at or before a time.
+    snapshots: dict[int, int] = field(default_factory=dict)
     _after_commit: list[Callable[[], None]] = field(default_factory=list)
 
     def after_commit(self, effect: Callable[[], None]) -> None:
@@ -170,6 +173,13 @@ class Txn:
         self.seq += 1
         assert self.seq <= self.limit
         return self.seq, self.last_us
+
+    def snapshot_taken(self) -> None:
+        """A snapshot was just taken at ``last_us``: every later stamp, in this transaction
+        and after it, is past it (the clock is moved on at COMMIT), so a snapshot is
+        exactly the writes stamped at or before its time (what a run as of a time needs)."""
+        self.snapshots[self.last_us] = self.seq
+        self.last_us += 1
 
 
 OpFn = Callable[[Txn], Any]  # runs inside the transaction, on the loop or the writer thread
@@ -558,6 +568,8 @@ class GroupCommit:
                     conn.executemany(sql, rows)
             for sql, params in txn.later:
                 conn.execute(sql, params)
+            if txn.last_us != last_us:
+                conn.execute("UPDATE clock SET last_us = max(last_us, ?)", (txn.last_us,))
             if fault is not None:
                 fault("commit")
             conn.execute("COMMIT")
