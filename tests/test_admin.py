@@ -166,7 +166,14 @@ def test_backup_on_postgresql_says_what_to_use_instead(workdir: Path) -> None:
 @pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "command",
-    [["inspect", "runs"], ["inspect", "run"], ["inspect", "scopes"], ["backup"], ["forget"]],
+    [
+        ["inspect", "runs"],
+        ["inspect", "run"],
+        ["inspect", "diff"],
+        ["inspect", "scopes"],
+        ["backup"],
+        ["forget"],
+    ],
 )
 def test_every_admin_command_says_where_it_looks_and_how_it_exits(command: list[str]) -> None:
     out = run_cli(*command, "--help")
@@ -263,3 +270,41 @@ def test_inspect_prints_plain_tables_and_a_run_that_sees_nothing(workdir: Path) 
         f"run early  tenant {TENANT}  snapshot {snapshot}",
         "(sees no entries)",
     ]
+
+
+def test_inspect_diff_shows_what_was_added_superseded_and_deleted(workdir: Path) -> None:
+    with admin_sidecar(workdir) as sidecar, sidecar.client() as client:
+        ref = issue(client, TENANT, "a")
+        client.call("run.begin", runId="w", tenant=TENANT)
+        kept = put(client, "w", ref, "kept")
+        doomed = put(client, "w", ref, "deleted later")
+        key = {"vendor.openwop-memory.key": {"key": "colour"}}
+        red = client.call("memory.put", runId="w", memoryRef=ref, entry={"content": "red"}, **key)[
+            "entry"
+        ]
+        client.call("run.begin", runId="before", tenant=TENANT)
+        blue = client.call(
+            "memory.put", runId="w", memoryRef=ref, entry={"content": "blue"}, **key
+        )["entry"]
+        added = put(client, "w", ref, "added later")
+        assert client.call("memory.delete", runId="w", memoryRef=ref, id=doomed["id"])
+        client.call("run.begin", runId="after", tenant=TENANT)
+        client.call("run.begin", runId="other", tenant="t-other")
+        with RawClient(workdir / "admin.sock") as admin:
+            diff = admin.call("admin.diff", **{"from": "after", "to": "before"})  # swapped
+            same = admin.call("admin.diff", **{"from": "before", "to": "before"})
+            with pytest.raises(RpcError) as tenants:
+                admin.call("admin.diff", **{"from": "before", "to": "other"})
+        table = cli(sidecar, "inspect", "diff", "before", "after")
+    assert diff["from"]["runId"] == "before" and diff["to"]["runId"] == "after"
+    [scope] = diff["scopes"]
+    assert [e["id"] for e in scope["added"]] == [added["id"], blue["id"]]
+    assert scope["superseded"] == [{"entry": red, "by": blue["id"]}]
+    assert [e["id"] for e in scope["deleted"]] == [doomed["id"]]
+    assert scope["truncated"] is False
+    assert kept["id"] not in json.dumps(scope)
+    assert same["scopes"] == []
+    assert tenants.value.code == "validation_error" and tenants.value.details == {"field": "to"}
+    assert table.returncode == 0, table.stderr
+    assert "1 superseded" in table.stdout and f"superseded by {blue['id']}" in table.stdout
+    assert "added later" in table.stdout and "deleted later" in table.stdout

@@ -1,9 +1,10 @@
 """``openwop-memory inspect``, ``backup`` and ``forget``: the operator's commands, sent over
 the admin socket (see :mod:`openwop_memory.wire.admin`).
 
-``inspect runs`` | ``inspect run RUN_ID`` | ``inspect scopes TENANT`` | ``inspect entry ID``
-print a table (``--json``: the answer as it came). What they print from stored data can
-hold anything a worker wrote: control characters (C0, DEL, C1) are printed escaped
+``inspect runs`` | ``inspect run RUN_ID`` | ``inspect diff FROM_RUN TO_RUN`` |
+``inspect scopes TENANT`` | ``inspect entry ID`` print a table (``--json``: the answer as
+it came). What they print from stored data can hold anything a worker wrote: control
+characters (C0, DEL, C1) are printed escaped
 (``\\x1b``, ``\\r``, ``\\x9b``; in ``--json``, as ``\\u`` escapes), so no entry can move
 the cursor, retitle or clear the operator's terminal, or fake a line of the table.
 ``backup DEST`` writes a consistent, checked copy of a running SQLite database to the new
@@ -156,6 +157,9 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=100, metavar="N", help="at most N runs [default: 100]"
     )
     command(what, "run", "what a run's snapshot sees, scope by scope").add_argument("run_id")
+    diff = command(what, "diff", "what changed between two runs' snapshots (one tenant)")
+    diff.add_argument("from_run", help="a run id (the earlier of the two is shown as from)")
+    diff.add_argument("to_run", help="another run id of the same tenant")
     command(what, "scopes", "a tenant's scopes and their live entries").add_argument("tenant")
     command(what, "entry", "one entry by id, whatever its tenant").add_argument("entry_id")
     backup = command(sub, "backup", "a consistent, checked copy of a running SQLite database")
@@ -187,6 +191,8 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return "admin.runs", {"limit": args.limit}
     if args.what == "run":
         return "admin.run", {"runId": args.run_id}
+    if args.what == "diff":
+        return "admin.diff", {"from": args.from_run, "to": args.to_run}
     if args.what == "scopes":
         return "admin.scopes", {"tenant": args.tenant}
     return "admin.entry", {"id": args.entry_id}
@@ -205,6 +211,8 @@ def _render(args: argparse.Namespace, result: Any) -> str:
         return _table(columns, result)
     if args.what == "scopes":
         return _table(("scope", "liveEntries"), result)
+    if args.what == "diff":
+        return _diff(result)
     if args.what == "entry":
         entry = result["entry"]
         head = f"tenant {result['tenant']}  scope {result['scope']}"
@@ -219,7 +227,26 @@ def _render(args: argparse.Namespace, result: Any) -> str:
     return "\n".join(lines)
 
 
-def _entries(entries: list[dict[str, Any]]) -> str:
+def _diff(result: dict[str, Any]) -> str:
+    old, new = result["from"], result["to"]
+    lines = [
+        f"tenant {result['tenant']}  from run {old['runId']} ({old['snapshotAt']})"
+        f"  to run {new['runId']} ({new['snapshotAt']})"
+    ]
+    if not result["scopes"]:
+        lines.append("(no change)")
+    for scope in result["scopes"]:
+        counts = ", ".join(f"{len(scope[k])} {k}" for k in ("added", "superseded", "deleted"))
+        more = "  (compared on the newest entries only)" if scope["truncated"] else ""
+        lines.append(f"\nscope {scope['scope']}  ({counts}){more}")
+        rows = [{"change": "added", **e} for e in scope["added"]]
+        rows += [{"change": f"superseded by {s['by']}", **s["entry"]} for s in scope["superseded"]]
+        rows += [{"change": "deleted", **e} for e in scope["deleted"]]
+        lines.append(_entries(rows, with_change=True))
+    return "\n".join(lines)
+
+
+def _entries(entries: list[dict[str, Any]], *, with_change: bool = False) -> str:
     rows = [
         {
             "id": e["id"],
@@ -227,10 +254,12 @@ def _entries(entries: list[dict[str, Any]]) -> str:
             "expiresAt": e.get("expiresAt", ""),
             "tags": ",".join(e.get("tags", [])),
             "content": _cut(e["content"]),
+            "change": e.get("change", ""),
         }
         for e in entries
     ]
-    return _table(("id", "createdAt", "expiresAt", "tags", "content"), rows)
+    columns = ("id", "createdAt", "expiresAt", "tags", "content")
+    return _table(("change", *columns) if with_change else columns, rows)
 
 
 def _cut(text: str) -> str:

@@ -88,6 +88,65 @@ class Inspector:
             "scopes": scopes,
         }
 
+    async def diff(self, first: str, second: str) -> dict[str, Any]:
+        """What changed between two runs' snapshots of one tenant, scope by scope, the
+        earlier run as ``from`` (the two are swapped if ``second`` is the earlier): the
+        entries the later sees and the earlier does not (``added``), and those the earlier
+        saw and the later does not, ``superseded`` (with the id of the revision that
+        replaced each) or ``deleted``. What expired or was forgotten is in neither view.
+        A scope is compared on the first ``max_list_limit`` entries each run sees, newest
+        first; ``truncated`` says a side held more. Scopes with no change are left out.
+
+        :raises RunNotFoundError: either run is not within retention.
+        :raises ConflictError: a run id names runs of several tenants.
+        :raises ValidationError: the runs are of different tenants (field ``to``).
+        """
+        older = await self._service.find_run(first)
+        newer = await self._service.find_run(second)
+        if older.tenant != newer.tenant:
+            raise ValidationError("the two runs are of different tenants", {"field": "to"})
+        if (older.snapshot_us, older.snapshot) > (newer.snapshot_us, newer.snapshot):
+            older, newer = newer, older
+        storage = self._storage
+        now = storage.clock_us()
+        scopes = []
+        for info in await storage.list_scopes(tenant=older.tenant, now_us=now):
+            limit = self._max_list_limit
+            before, after = [
+                await storage.list(
+                    scope=info.scope, snapshot=run.snapshot, now_us=now, limit=limit, tag=None
+                )
+                for run in (older, newer)
+            ]
+            seen_before = {row.id for row in before}
+            seen_after = {row.id for row in after}
+            added = [entry_to_wire(row) for row in after if row.id not in seen_before]
+            superseded, deleted = [], []
+            for row in before:
+                if row.id in seen_after:
+                    continue
+                found = await storage.find_entry(entry_id=row.id)
+                if found is not None and found.superseded_by is not None:
+                    superseded.append({"entry": entry_to_wire(row), "by": found.superseded_by})
+                else:
+                    deleted.append(entry_to_wire(row))
+            if added or superseded or deleted:
+                scopes.append(
+                    {
+                        "scope": info.scope.key,
+                        "added": added,
+                        "superseded": superseded,
+                        "deleted": deleted,
+                        "truncated": limit in (len(before), len(after)),
+                    }
+                )
+        return {
+            "tenant": older.tenant,
+            "from": {"runId": older.run_id, "snapshotAt": format_us(older.snapshot_us)},
+            "to": {"runId": newer.run_id, "snapshotAt": format_us(newer.snapshot_us)},
+            "scopes": scopes,
+        }
+
     async def scopes(self, tenant: str) -> list[dict[str, Any]]:
         """The tenant's scopes with their live entries now."""
         infos = await self._storage.list_scopes(tenant=tenant, now_us=self._storage.clock_us())

@@ -378,11 +378,13 @@ class ScopeInfo:
 @dataclass(frozen=True, slots=True)
 class FoundEntry:
     """An entry found by id alone, whatever its tenant: its scope, and whether it is
-    deleted (a tombstone some snapshot may still see)."""
+    deleted (a tombstone some snapshot may still see), and when a later revision of its
+    key ended it, that revision's id."""
 
     scope: Scope
     entry: EntryRow
     deleted: bool
+    superseded_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ they are ``method_not_found``, like any other unknown method.
 
 - ``admin.runs {limit?}``: stored runs, the most recently touched first.
 - ``admin.run {runId}``: what the run's snapshot sees, scope by scope, as its list would.
+- ``admin.diff {from, to}``: what changed between two runs' snapshots of one tenant.
 - ``admin.scopes {tenant}``: the tenant's scopes and their live entries.
 - ``admin.entry {id}``: one entry by id, whatever its tenant.
 - ``admin.backup {path}``: a consistent, checked copy of a SQLite database in a new file.
@@ -39,6 +40,13 @@ class RunParams(_AdminParams):
     runId: RunId
 
 
+class DiffParams(_AdminParams):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+    first: RunId = Field(alias="from")
+    second: RunId = Field(alias="to")
+
+
 class ScopesParams(_AdminParams):
     tenant: Name
 
@@ -59,6 +67,7 @@ class ForgetParams(_AdminParams):
 ADMIN_METHODS: dict[str, AnyMethod[Inspector]] = {
     "admin.runs": Method(RunsParams, lambda i, p: i.runs(p.limit)),
     "admin.run": Method(RunParams, lambda i, p: i.run(p.runId)),
+    "admin.diff": Method(DiffParams, lambda i, p: i.diff(p.first, p.second)),
     "admin.scopes": Method(ScopesParams, lambda i, p: i.scopes(p.tenant)),
     "admin.entry": Method(EntryParams, lambda i, p: i.entry(p.id)),
     "admin.backup": Method(BackupParams, lambda i, p: i.backup(p.path)),

@@ -1103,7 +1103,10 @@ class PostgresqlStorage:
     async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
         row = await self._read(
             lambda conn: conn.fetchrow(
-                f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL"
+                f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL,"
+                # A supersede ends a revision at the seq of the row that replaced it.
+                " (SELECT n.id FROM entries n WHERE n.scope_pk = e.scope_pk"
+                " AND n.seq = e.deleted_seq)"
                 " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.id = $1",
                 entry_id,
             )
@@ -1111,7 +1114,7 @@ class PostgresqlStorage:
         if row is None:
             return None
         # The entry's columns first (six, tokens included), then the scope and tombstone.
-        return FoundEntry(Scope(row[6], row[7]), _row(row), bool(row[8]))
+        return FoundEntry(Scope(row[6], row[7]), _row(row), bool(row[8]), row[9])
 
     async def export_entries(
         self, *, now_us: int, batch_size: int

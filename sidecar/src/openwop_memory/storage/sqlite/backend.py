@@ -1269,7 +1269,9 @@ class SqliteStorage:
         with translate_errors():
             rows = await _fetch(
                 self._reader(),
-                f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL"
+                f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL,"
+                # A supersede ends a revision at the seq of the row that replaced it.
+                " (SELECT n.id FROM entries n WHERE n.seq = e.deleted_seq)"
                 " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk WHERE e.id = ?",
                 (entry_id,),
             )
@@ -1277,7 +1279,7 @@ class SqliteStorage:
             return None
         r = rows[0]
         # The entry's columns first (six, tokens included), then the scope and tombstone.
-        return FoundEntry(Scope(r[6], r[7]), _row(r[:6]), bool(r[8]))
+        return FoundEntry(Scope(r[6], r[7]), _row(r[:6]), bool(r[8]), r[9])
 
     async def export_entries(
         self, *, now_us: int, batch_size: int
