@@ -473,6 +473,9 @@ class PostgresqlStorage:
                     return REFUSED[outcome]
                 # Taking the clock waits for the tenant's writes in flight: entries inside
                 # the snapshot have createdAt <= its time, later ones are stamped past it.
+                # Found before the clock is taken, so that a long look back at the feed
+                # does not hold the tenant's writers; what committed since, under it.
+                newest = None if as_of_us is None else await _newest_at(conn, tenant, as_of_us)
                 clock = await conn.fetchrow(_TAKE_SNAPSHOT, tenant)
                 assert clock is not None  # an upsert with RETURNING returns its row
                 seq, snap_us = int(clock[0]), int(clock[1])
@@ -482,7 +485,7 @@ class PostgresqlStorage:
                     if as_of_us < await _history_since(conn):
                         return REFUSED[BeginOutcome.AS_OF_UNAVAILABLE]
                     if as_of_us < snap_us:
-                        seq = await _as_of_seq(conn, tenant, as_of_us, seq)
+                        seq = await _as_of_seq(conn, tenant, as_of_us, newest, seq)
                     snap_us = as_of_us
                 if row is not None:  # past retention: a fresh snapshot on the locked row
                     await conn.execute(
@@ -1348,22 +1351,42 @@ async def _history_since(conn: Conn) -> int:
     return 0 if value is None else int(bytes(value).decode())
 
 
-async def _as_of_seq(conn: Conn, tenant: str, as_of_us: int, clock: int) -> int:
-    """Holding ``tenant``'s clock, which is past ``as_of_us``: the snapshot of a run of
-    the tenant begun then (see :func:`~storage.base.as_of_position`). A change record's
-    position is its write's sequence number times 4 plus its index in the write."""
-    newest = await conn.fetchval(
-        "SELECT pos FROM changes WHERE tenant = $1 AND at_us <= $2 ORDER BY pos DESC LIMIT 1",
+async def _newest_at(conn: Conn, tenant: str, as_of_us: int) -> int | None:
+    """The position of ``tenant``'s newest change record committed so far at or before
+    ``as_of_us`` (through the feed's time index, without the tenant's clock)."""
+    found = await conn.fetchval(
+        "SELECT pos FROM changes WHERE tenant = $1 AND at_us <= $2"
+        " ORDER BY at_us DESC, pos DESC LIMIT 1",
         tenant,
         as_of_us,
     )
-    first = None
-    if newest is None:
-        first = await conn.fetchval(
-            "SELECT pos FROM changes WHERE tenant = $1 ORDER BY pos LIMIT 1", tenant
+    return None if found is None else int(found)
+
+
+async def _as_of_seq(conn: Conn, tenant: str, as_of_us: int, newest: int | None, clock: int) -> int:
+    """Holding ``tenant``'s clock, which is past ``as_of_us``: the snapshot of a run of the
+    tenant begun then (see :func:`~storage.base.as_of_position`), from ``newest`` (see
+    :func:`_newest_at`) and the records committed after it, which the clock's lock waited
+    for; they come after it in position, so a short walk forward finds the last one at
+    or before ``as_of_us``, or the first after it. A change record's position is its
+    write's sequence number times 4 plus its index in the write."""
+    after = -1 if newest is None else newest
+    first_after = None
+    while first_after is None:
+        rows = await conn.fetch(
+            "SELECT pos, at_us FROM changes WHERE tenant = $1 AND pos > $2 ORDER BY pos LIMIT 64",
+            tenant,
+            after,
         )
+        for pos, at_us in rows:
+            if at_us > as_of_us:
+                first_after = int(pos)
+                break
+            newest = after = int(pos)
+        if len(rows) < 64:
+            break
     return as_of_position(
-        at_or_before=None if newest is None else int(newest) // 4,
-        first_after=None if first is None else int(first) // 4,
+        at_or_before=None if newest is None else newest // 4,
+        first_after=None if first_after is None else first_after // 4,
         clock=clock,
     )
