@@ -30,7 +30,7 @@ from langgraph.store.base import (
     TTLConfig,
 )
 from langgraph.store.memory import InMemoryStore
-from openwop_memory_client import AsyncMemoryRun, MemoryClient, Revision
+from openwop_memory_client import AsyncMemoryRun, MemoryClient, MemoryValidationError, Revision
 from openwop_memory_client import langgraph_store as lg
 from openwop_memory_client.langgraph_store import OpenWopStore
 from support.sidecar import Sidecar, unmeasured
@@ -509,3 +509,13 @@ def test_a_put_racing_the_prune_stays_listed(
     assert calls == [0, 1]
     assert s.list_namespaces() == [("a",)]
     assert [item.key for item in s.search(("a",))] == ["j"]
+
+
+def test_a_refused_begin_raises_its_own_error_and_leaves_no_run(shared_sidecar: Sidecar) -> None:
+    """The run begins while the batch's refs are issued; a begin the sidecar refuses (here
+    a secret too short to redact by) is raised as itself, not wrapped in a group."""
+    s = OpenWopStore(str(shared_sidecar.socket), tenant="lg-refused", secrets={"k": "short"})
+    with pytest.raises(MemoryValidationError) as refused:
+        s.get(("ns",), "k")
+    assert refused.value.details.get("field", "").startswith("secrets")
+    assert "short" not in str(refused.value)

@@ -56,7 +56,7 @@ from langgraph.store.base import (
 from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
 from ._entry import KeyedEntry, MemoryEntry, Revision
-from ._errors import ConflictError
+from ._errors import ConflictError, OpenWopMemoryError
 
 REGISTRY = "langgraph.namespaces"  # a scope name no namespace's JSON spelling can be
 _SCAN = 1000  # entries per page, and a query search's per-namespace cap (the sidecar's maximum)
@@ -145,17 +145,18 @@ class OpenWopStore(BaseStore):
         ops = list(ops)
         writes = _last_writes(ops)
         _check_values(writes.values())
-        async with AsyncMemoryClient(self._socket) as client:
+        async with AsyncMemoryClient(self._socket) as client, contextlib.AsyncExitStack() as stack:
             scopes = _Scopes(client, self._tenant, self._agent)
             run_id = f"langgraph-{uuid.uuid4()}"
-            async with client.run(run_id, self._tenant, self._secrets or None) as run:
-                read: list[_Read] = []
-                results = [await self._read(run, scopes, op, read) for op in ops]
-                for write in writes.values():
-                    await _write(run, await scopes.ref(write.namespace), write)
-                await self._refresh(run, scopes, read, writes.keys())
-                await _keep_registry(run, scopes, writes.values())
-                return results
+            run = client.run(run_id, self._tenant, self._secrets or None)
+            await _begin(run, stack, scopes, _named(ops, writes.values()))
+            read: list[_Read] = []
+            results = [await self._read(run, scopes, op, read) for op in ops]
+            for write in writes.values():
+                await _write(run, await scopes.ref(write.namespace), write)
+            await self._refresh(run, scopes, read, writes.keys())
+            await _keep_registry(run, scopes, writes.values())
+            return results
 
     async def _read(
         self, run: AsyncMemoryRun, scopes: _Scopes, op: Op, read: list[_Read]
@@ -224,6 +225,12 @@ class _Scopes:
         # The registry as the call's snapshot holds it: read once, as the snapshot is fixed.
         self.registered: list[tuple[str, ...]] | None = None
 
+    async def prefetch(self, namespace: tuple[str, ...] | None) -> None:
+        """Issue the ref of ``namespace`` ahead of its use; an error is left for the use
+        to meet again (:meth:`ref` caches successes only)."""
+        with contextlib.suppress(OpenWopMemoryError):
+            await self.ref(namespace)
+
     async def ref(self, namespace: tuple[str, ...] | None) -> str:
         """The scope of ``namespace``; None: the namespace registry's."""
         if namespace not in self._refs:
@@ -245,6 +252,43 @@ class _Read:
     namespace: tuple[str, ...]
     key: str
     entry: MemoryEntry
+
+
+def _named(ops: list[Op], writes: Iterable[PutOp]) -> set[tuple[str, ...] | None]:
+    """The namespaces whose refs a batch will need first: those its gets and writes name,
+    and the registry's (None) if it searches, lists or writes."""
+    writes = list(writes)
+    named: set[tuple[str, ...] | None] = {op.namespace for op in ops if isinstance(op, GetOp)}
+    named |= {op.namespace for op in writes}
+    if writes or any(isinstance(op, SearchOp | ListNamespacesOp) for op in ops):
+        named.add(None)
+    return named
+
+
+async def _begin(
+    run: AsyncMemoryRun,
+    stack: contextlib.AsyncExitStack,
+    scopes: _Scopes,
+    namespaces: Iterable[tuple[str, ...] | None],
+) -> None:
+    """Enter ``run`` (its exit pushed on ``stack``) while the refs of ``namespaces`` are
+    issued on the same connection: a batch waits for one round trip instead of one per
+    ref and the begin. Raises what entering the run raises."""
+    failure: Exception | None = None
+
+    async def enter() -> None:
+        nonlocal failure
+        try:
+            await stack.enter_async_context(run)
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+            failure = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(enter)
+        for namespace in namespaces:
+            tg.start_soon(scopes.prefetch, namespace)
+    if failure is not None:
+        raise failure
 
 
 def _last_writes(ops: list[Op]) -> dict[tuple[tuple[str, ...], str], PutOp]:
