@@ -32,7 +32,7 @@ import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any, Literal, cast
 
 import aiosqlite
@@ -289,8 +289,12 @@ class SqliteStorage:
         scope_cache_size: int = 4096,
         stuck_after: float | None = None,
         checkpoint_bytes: int = WAL_CHECKPOINT_BYTES,
+        clock: Callable[[], int] = wall_clock_us,
     ) -> None:
+        """``clock`` (µs since the epoch) is every time this store reads: createdAt, and
+        what :meth:`clock_us` answers; the wall clock but in tests that move time."""
         self.path = path
+        self._clock = clock
         self.create = create
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
@@ -306,6 +310,7 @@ class SqliteStorage:
             commit_on_loop=synchronous == "NORMAL",
             max_batch=max_batch,
             checkpoint_bytes=checkpoint_bytes,
+            clock=clock,
         )
         self._keywords = KeywordIndexer(self._writer)
         self._readers: list[aiosqlite.Connection] = []
@@ -511,7 +516,7 @@ class SqliteStorage:
                         statement(conn)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, applied_us) VALUES (?, ?)",
-                    (version, wall_clock_us()),
+                    (version, self._clock()),
                 )
             conn.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('ref_mac_key', ?)",
@@ -584,7 +589,7 @@ class SqliteStorage:
     # -- writes --------------------------------------------------------------------------
 
     def clock_us(self) -> int:
-        return wall_clock_us()  # one host: its own clock, the one createdAt is taken from
+        return self._clock()  # one host: its own clock, the one createdAt is taken from
 
     async def ref_key(self) -> bytes:
         with translate_errors():
@@ -1435,7 +1440,7 @@ class SqliteStorage:
             except OSError:
                 sizes.append(None)
         with translate_errors():
-            rows = await _fetch(self._reader(), _COUNTS_SQL, (wall_clock_us(),))
+            rows = await _fetch(self._reader(), _COUNTS_SQL, (self._clock(),))
         entries, scopes = rows[0]
         return StorageGauges(
             database_bytes=sizes[0],

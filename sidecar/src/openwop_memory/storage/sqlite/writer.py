@@ -252,7 +252,10 @@ class GroupCommit:
         commit_on_loop: bool = True,
         max_batch: int = 512,
         checkpoint_bytes: int = WAL_CHECKPOINT_BYTES,
+        clock: Callable[[], int] = wall_clock_us,
     ) -> None:
+        # What createdAt is taken from (µs): the wall clock, or a test's.
+        self.clock = clock
         self.max_batch = max_batch
         self.busy_timeout_ms = busy_timeout_ms
         self.commit_on_loop = commit_on_loop
@@ -546,7 +549,7 @@ class GroupCommit:
             seq, last_us = conn.execute(
                 "UPDATE clock SET seq = seq + ?, last_us = max(last_us, ?)"
                 " RETURNING seq - ?, last_us",
-                (len(batch), wall_clock_us(), len(batch)),
+                (len(batch), self.clock(), len(batch)),
             ).fetchall()[0]
             txn = Txn(conn, seq, last_us, limit=seq + len(batch), start_seq=seq)
             for op in batch:
