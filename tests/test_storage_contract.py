@@ -20,7 +20,9 @@ from openwop_memory.retrieval.search import Search
 from openwop_memory.storage.base import (
     BeginOutcome,
     EntryRow,
+    FileBackup,
     PutOutcome,
+    ReadsNow,
     RunKey,
     RunRecord,
     Scope,
@@ -514,6 +516,8 @@ async def test_get_now_answers_as_get_does_or_not_now(store: Storage, backend: B
         for scope in (A, A2, B):
             for entry_id in (kept.id, doomed.id, short.id, newer.id, "mem_unknown"):
                 for at in (now_us(), now_us() + 2 * DAY):
+                    if not isinstance(store, ReadsNow):
+                        continue
                     now = store.get_now(
                         scope=scope, snapshot=run.snapshot, now_us=at, entry_id=entry_id
                     )
@@ -590,10 +594,8 @@ async def test_backup_copies_or_says_what_to_use(
 ) -> None:
     entry = await stored(store, put_request(A, "backed up"))
     target = tmp_path / "copy.db"
-    if backend.name != "sqlite":
-        with pytest.raises(ValidationError):
-            await store.backup(path=str(target))
-        assert not target.exists()
+    if not isinstance(store, FileBackup):
+        assert backend.name != "sqlite"  # the admin's backup says what to use instead
         return
     size = await store.backup(path=str(target))
     assert size == target.stat().st_size > 0

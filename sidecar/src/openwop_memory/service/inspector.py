@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from openwop_memory_client import NotFoundError, ValidationError
 
-from ..storage.base import Storage
+from ..storage.base import FileBackup, Storage
 from ..timefmt import format_us
 from .memory import MemoryService, entry_to_wire
 
@@ -189,6 +189,12 @@ class Inspector:
                 "such as systemd's ProtectSystem=strict leaves it only its own directories: "
                 "use one it may write, such as /var/lib/openwop-memory/backups, or a mounted "
                 "volume in a Pod)",
+                {"field": "path"},
+            )
+        if not isinstance(self._storage, FileBackup):
+            raise ValidationError(
+                "backup copies a SQLite database; back up PostgreSQL with its own tools "
+                "(pg_dump, or your provider's snapshots)",
                 {"field": "path"},
             )
         started = time.monotonic()

@@ -62,6 +62,7 @@ from ..storage.base import (
     ListFilter,
     PutOutcome,
     PutResult,
+    ReadsNow,
     RunKey,
     RunRecord,
     Scope,
@@ -286,6 +287,9 @@ class MemoryService:
         self._embedding = EmbeddingModel() if embedding is None else embedding
         self.indexer = VectorIndexer(storage, self._embedding)
         self._storage = storage
+        # The backend's point reads without waiting, if it has them (decided once: the
+        # check is not free and get is a hot path).
+        self._reads_now = storage if isinstance(storage, ReadsNow) else None
         self._search = Search(storage)
         self._refs = refs
         self._config = config
@@ -704,7 +708,9 @@ class MemoryService:
         if scope is None:
             return None
         storage = self._storage
-        row = storage.get_now(
+        if self._reads_now is None:
+            return NOT_NOW
+        row = self._reads_now.get_now(
             scope=scope, snapshot=handle.snapshot, now_us=storage.clock_us(), entry_id=params.id
         )
         if row is None or isinstance(row, NotNow):

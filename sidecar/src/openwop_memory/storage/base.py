@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, NewType, Protocol
+from typing import NamedTuple, NewType, Protocol, runtime_checkable
 
 from ..domain import NotNow, SweepHorizons
 
@@ -647,14 +647,6 @@ class Storage(Protocol):
     ) -> EntryRow | None:
         """The entry of ``scope`` with this id if visible to the snapshot, else ``None``."""
 
-    def get_now(
-        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
-    ) -> EntryRow | NotNow | None:
-        """What :meth:`get` would return, when the backend has it without waiting for I/O
-        it would otherwise await (a local file read counts as not waiting); else
-        :data:`~openwop_memory.domain.NOT_NOW`. A backend that never has it returns
-        ``NOT_NOW`` always. It lets a request be answered without a task of its own."""
-
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         """Remove what the horizons allow, in batches of ``batch_size`` so writers never stall.
 
@@ -714,16 +706,6 @@ class Storage(Protocol):
         ``entries``, is skipped. Returns how many were stored. A later put's createdAt is
         never below an imported one (for operators: import)."""
 
-    async def backup(self, *, path: str) -> int:
-        """Write a consistent copy of the whole database to the new file ``path`` (created
-        0600: it holds every tenant's memory), check it, and return its size in bytes.
-
-        :raises ValidationError: this backend has no such backup (say what to use instead),
-            or ``path`` exists.
-        :raises UpstreamUnavailableError: the copy failed or did not pass its check (the
-            partial file is removed).
-        """
-
     async def gauges(self) -> StorageGauges:
         """Sizes and commit counts for the metrics; cheap (no table scan)."""
 
@@ -732,6 +714,35 @@ class Storage(Protocol):
 
         Its ``problems`` name what makes the backend degraded right now (none when it is
         ok), e.g. ``writes_failing`` until a write succeeds again.
+        """
+
+
+@runtime_checkable
+class ReadsNow(Protocol):
+    """A backend that may answer a point read without waiting (SQLite: a local file read
+    counts as not waiting); the service asks it first and falls back to :meth:`Storage.get`.
+    PostgreSQL has no such role: every read is a round trip to the server."""
+
+    def get_now(
+        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
+    ) -> EntryRow | NotNow | None:
+        """What :meth:`get` would return, when the backend has it without waiting for I/O
+        it would otherwise await; else :data:`~openwop_memory.domain.NOT_NOW`. It lets a
+        request be answered without a task of its own."""
+
+
+@runtime_checkable
+class FileBackup(Protocol):
+    """A backend whose database is one file this process can copy while serving
+    (SQLite); others are backed up with their own tools (PostgreSQL: ``pg_dump``)."""
+
+    async def backup(self, *, path: str) -> int:
+        """Write a consistent copy of the whole database to the new file ``path`` (created
+        0600: it holds every tenant's memory), check it, and return its size in bytes.
+
+        :raises ValidationError: ``path`` exists.
+        :raises UpstreamUnavailableError: the copy failed or did not pass its check (the
+            partial file is removed).
         """
 
 

@@ -36,9 +36,9 @@ import asyncpg
 import orjson
 import structlog
 from asyncpg.pool import PoolConnectionProxy
-from openwop_memory_client import UpstreamUnavailableError, ValidationError
+from openwop_memory_client import UpstreamUnavailableError
 
-from ...domain import NOT_NOW, NotNow, SweepHorizons, new_entry_id
+from ...domain import SweepHorizons, new_entry_id
 from ...logs import describe_exception
 from ...timefmt import now_us as wall_clock_us
 from ...token_count import estimate_tokens
@@ -946,11 +946,6 @@ class PostgresqlStorage:
             revisions.append(Revision(int(r[6]), _row(tuple(r)[:6]), state))
         return revisions
 
-    def get_now(
-        self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
-    ) -> EntryRow | NotNow | None:
-        return NOT_NOW  # every read is a round trip to the server
-
     async def get(
         self, *, scope: Scope, snapshot: Snapshot, now_us: int, entry_id: str
     ) -> EntryRow | None:
@@ -1216,13 +1211,6 @@ class PostgresqlStorage:
             return stored
 
         return await self._write(op)
-
-    async def backup(self, *, path: str) -> int:
-        raise ValidationError(
-            "backup copies a SQLite database; back up PostgreSQL with its own tools "
-            "(pg_dump, or your provider's snapshots)",
-            {"field": "path"},
-        )
 
     async def gauges(self) -> StorageGauges:
         async def read(conn: Conn) -> Any:
