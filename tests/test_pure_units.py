@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from openwop_memory.logs import drop_sensitive_keys
 from openwop_memory.redaction import Keyring, redact_entry
 from openwop_memory.service.refs import ISSUED_PREFIX, RefCodec, is_malformed
+from openwop_memory.storage.base import as_of_position
 from openwop_memory.timefmt import format_us, parse_rfc3339
 from openwop_memory_client import ForbiddenError
 
@@ -221,3 +222,30 @@ def test_log_scrubber_blanks_content_bearing_keys() -> None:
         "content": "[omitted]",
         "secrets": "[omitted]",
     }
+
+
+# -- runs as of a time ---------------------------------------------------------------------
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=5), min_size=0, max_size=30),
+    st.integers(min_value=0, max_value=200),
+)
+def test_as_of_position_names_a_snapshot_of_the_writes_at_or_before_the_time(
+    gaps: list[int], as_of: int
+) -> None:
+    """Writes at increasing positions and non-decreasing times (a write's time is its
+    position here, give or take ties): whatever the feed still holds of them, the position
+    chosen shows exactly the writes at or before the time."""
+    positions = [sum(gaps[: n + 1]) for n in range(len(gaps))]
+    times = [p // 2 for p in positions]  # ties: several writes in one microsecond
+    clock = (positions[-1] if positions else 0) + 3
+    for purged in range(len(positions) + 1):  # the oldest records past retention
+        held = [(p, t) for p, t in zip(positions, times, strict=True)][purged:]
+        if purged and as_of < times[purged - 1]:
+            continue  # a time older than what the feed holds: refused before this
+        at_or_before = max((p for p, t in held if t <= as_of), default=None)
+        first_after = min((p for p, t in held if t > as_of), default=None)
+        chosen = as_of_position(at_or_before=at_or_before, first_after=first_after, clock=clock)
+        inside = {p for p in positions if p <= chosen}
+        assert inside == {p for p, t in zip(positions, times, strict=True) if t <= as_of}

@@ -176,6 +176,17 @@ def classify_run(
     return BeginOutcome.RETENTION_EXPIRED if replay else BeginOutcome.CREATED
 
 
+def refuse_as_of(as_of_us: int, *, clock_us: int, history_since_us: int) -> BeginOutcome | None:
+    """Why a run as of ``as_of_us`` cannot be begun on a store whose clock reads
+    ``clock_us`` and whose exact history starts at ``history_since_us``: AS_OF_FUTURE,
+    AS_OF_UNAVAILABLE, or None (it can)."""
+    if as_of_us > clock_us:
+        return BeginOutcome.AS_OF_FUTURE
+    if as_of_us < history_since_us:
+        return BeginOutcome.AS_OF_UNAVAILABLE
+    return None
+
+
 def as_of_position(*, at_or_before: int | None, first_after: int | None, clock: int) -> int:
     """The snapshot of a run begun at a past time T, from the change feed's write positions
     (the sequence number of each put, supersede and delete, which a backend stamps in

@@ -74,6 +74,7 @@ from ..base import (
     VectorRow,
     as_of_position,
     classify_run,
+    refuse_as_of,
     replayed,
 )
 from ..scope_cache import ScopeCache
@@ -480,10 +481,10 @@ class PostgresqlStorage:
                 assert clock is not None  # an upsert with RETURNING returns its row
                 seq, snap_us = int(clock[0]), int(clock[1])
                 if as_of_us is not None:
-                    if as_of_us > snap_us:
-                        return REFUSED[BeginOutcome.AS_OF_FUTURE]
-                    if as_of_us < await _history_since(conn):
-                        return REFUSED[BeginOutcome.AS_OF_UNAVAILABLE]
+                    since = await _history_since(conn)
+                    refused = refuse_as_of(as_of_us, clock_us=snap_us, history_since_us=since)
+                    if refused is not None:
+                        return REFUSED[refused]
                     if as_of_us < snap_us:
                         seq = await _as_of_seq(conn, tenant, as_of_us, newest, seq)
                     snap_us = as_of_us

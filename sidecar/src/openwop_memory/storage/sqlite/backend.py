@@ -78,6 +78,7 @@ from ..base import (
     VectorRow,
     as_of_position,
     classify_run,
+    refuse_as_of,
     replayed,
 )
 from ..scope_cache import ScopeCache
@@ -637,10 +638,10 @@ class SqliteStorage:
             # snapshotAt and every later one has createdAt > snapshotAt.
             snap_us, snap_seq = txn.last_us, txn.seq
             if as_of_us is not None:
-                if as_of_us > snap_us:
-                    return REFUSED[BeginOutcome.AS_OF_FUTURE]
-                if as_of_us < self._history_since(txn):
-                    return REFUSED[BeginOutcome.AS_OF_UNAVAILABLE]
+                since = self._history_since(txn)
+                refused = refuse_as_of(as_of_us, clock_us=snap_us, history_since_us=since)
+                if refused is not None:
+                    return REFUSED[refused]
                 if as_of_us < snap_us:
                     snap_seq = _as_of_seq(txn, as_of_us)
                 snap_us = as_of_us
