@@ -3,7 +3,9 @@ superseding the key's revision) against a plain put, one client's sequential cal
 the sidecar's CPU per call, in alternating rounds (the machine is shared); then the change
 feed: reading every record back in pages of 1000 (records per second, sidecar CPU per
 record), and its lag: how soon after a put's answer its record is in the feed (it is
-written in the put's transaction, so on the first read after the answer)."""
+written in the put's transaction, so on the first read after the answer); and paging: a
+scope of ``scope_entries`` entries (100,000 in a full run) read page by page in one run
+while a writer keeps putting into it, each entry of the snapshot exactly once."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import anyio
 from openwop_memory_client import AsyncMemoryClient, AsyncMemoryRun
 
 from bench.measure import percentile
@@ -22,10 +25,16 @@ KEYS = 50  # keys the keyed puts cycle through: after the first round every put 
 ROUNDS = 3
 
 
-async def run_model(sidecar_exe: str, workdir: Path, puts: int) -> SuiteResult:
-    """The suite: ``puts`` keyed and ``puts`` plain puts in each of :data:`ROUNDS` rounds."""
+async def run_model(
+    sidecar_exe: str, workdir: Path, puts: int, scope_entries: int = 100_000
+) -> SuiteResult:
+    """The suite: ``puts`` keyed and ``puts`` plain puts in each of :data:`ROUNDS` rounds,
+    then the feed, then paging a scope of ``scope_entries`` under a writer."""
     async with sqlite_sidecar(sidecar_exe, workdir) as (sock, sidecar):
-        return await _measure(sock, puts, sidecar.pid)
+        result = await _measure(sock, puts, sidecar.pid)
+        async with AsyncMemoryClient(sock) as client:
+            result.metrics.extend(await _paging(client, scope_entries))
+        return result
 
 
 async def _timed(
@@ -136,3 +145,54 @@ async def _feed_end(client: AsyncMemoryClient) -> str:
         if not page.changes:
             return page.next_cursor
         cursor = page.next_cursor
+
+
+async def _paging(client: AsyncMemoryClient, entries: int) -> list[Metric]:
+    """Fill a scope with ``entries`` entries (32 puts in flight), begin a run, and page
+    through its snapshot (pages of 1000) while a writer keeps putting into the scope.
+
+    :raises AssertionError: an entry of the snapshot was missed or returned twice, or a
+        page held one written after the snapshot.
+    """
+    ref = await client.issue_ref(TENANT, "bench-pages")
+    async with client.run("bench-pages-writer", TENANT) as writer:
+        pending = iter(range(entries))
+
+        async def fill() -> None:
+            for n in pending:
+                await writer.put(ref, f"entry {n} of a large scope")
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(32):
+                tg.start_soon(fill)
+        async with client.run("bench-pages-reader", TENANT) as reader:
+            expected = await reader.count(ref)
+            seen: list[str] = []
+            meanwhile: set[str] = set()
+            done = anyio.Event()
+
+            async def write_meanwhile() -> None:
+                while not done.is_set():
+                    meanwhile.add((await writer.put(ref, "written while the reader pages")).id)
+
+            started = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write_meanwhile)
+                cursor = None
+                while True:
+                    page = await reader.page(ref, limit=1000, cursor=cursor)
+                    seen.extend(entry.id for entry in page.entries)
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+                done.set()
+            elapsed = time.perf_counter() - started
+    assert expected == entries, (expected, entries)
+    assert len(seen) == len(set(seen)) == expected, (len(seen), len(set(seen)), expected)
+    assert meanwhile, "nothing was written while the reader paged"
+    assert not meanwhile & set(seen), "a page held an entry put after the snapshot"
+    return [
+        Metric("model: scope paged under a writer (each entry once)", expected, "entries"),
+        Metric("model: puts written while it was paged (none seen)", len(meanwhile), "puts"),
+        Metric("model: paging throughput (pages of 1000)", expected / elapsed, "entries/s"),
+    ]

@@ -174,7 +174,12 @@ async def model_suite(options: Options, workdir: Path) -> SuiteResult:
     """A keyed put against a plain one, and the change feed's throughput and lag."""
     from bench.model_bench import run_model
 
-    return await run_model(options.sidecar_exe, workdir, 100 if options.quick else 1000)
+    return await run_model(
+        options.sidecar_exe,
+        workdir,
+        100 if options.quick else 1000,
+        scope_entries=2_000 if options.quick else 100_000,
+    )
 
 
 async def langgraph_suite(options: Options, workdir: Path) -> SuiteResult:
