@@ -259,7 +259,12 @@ def test_unfinished_lines_are_bounded_in_total_and_given_back(
     grown = (peak - before) / 1024
     for sock in socks:
         sock.close()
+    # Polled, not slept: on a loaded machine the sidecar may take seconds to see 48 closes
+    # (a CI run measured 10.1 MiB kept one second after them).
+    deadline = time.monotonic() + 15
     kept = (_settled_rss_kib(sidecar) - before) / 1024
+    while kept >= 8 and time.monotonic() < deadline:
+        kept = (_settled_rss_kib(sidecar, 0.25) - before) / 1024
     print(f"grown {grown:.1f} MiB, kept {kept:.1f} MiB, refused {refused}")
     assert grown < 8 + 16, f"grew {grown:.1f} MiB"
     assert kept < 8, f"kept {kept:.1f} MiB after the close"

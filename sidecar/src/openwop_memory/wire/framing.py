@@ -41,7 +41,7 @@ import structlog
 from ..service.stats import ConnectionStats
 from .dispatch import refusal_line
 from .fairness import FairGate, Share, line_cost
-from .memory_trim import BIG_ANSWER_BYTES, after_big_answer
+from .memory_trim import BIG_ANSWER_BYTES, BIG_BUFFER_BYTES, after_big_answer
 
 # A line's answer (None: it has none), or a coroutine that makes it (see Connection).
 LineHandler = Callable[[bytes, "AnswerPacer"], "bytes | Coroutine[Any, Any, bytes | None] | None"]
@@ -332,9 +332,14 @@ class Connection(asyncio.Protocol):
         self.stop_reading()
 
     def _release_buffer(self) -> None:
+        released = len(self._buffer)
         LineBuffers.held -= self._buffer_counted
         self._buffer_counted = 0
         self._buffer = bytearray()  # a new object: the old one's memory goes back now
+        if released >= BIG_BUFFER_BYTES:
+            # Once glibc has freed one such buffer it serves the next ones from its heap
+            # (it raises its mmap threshold), which it then keeps unless trimmed.
+            after_big_answer()
 
     # -- reading --------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ A big answer (a list, a batch) is built from many blocks that glibc's allocator 
 its heaps and, once freed, keeps: measured with 24 connections that asked for 4 MiB
 answers and did not read them, the sidecar's RSS grew by about 9 MiB a connection where
 the answers held 4 MiB, and ``malloc_trim(0)`` gave the difference back. So after a big
-answer was made, one trim runs on a later loop turn (at most one per ``_INTERVAL``).
+answer was made, or a big read buffer let go (48 connections' 1 MiB unfinished lines
+kept 10 MiB after they closed), one trim runs on a later loop turn (at most one per
+``_INTERVAL``).
 Elsewhere than glibc (musl, macOS) there is no ``malloc_trim`` and nothing is done.
 """
 
@@ -17,6 +19,9 @@ from collections.abc import Callable
 
 # An answer at least this large is worth a trim once it is made.
 BIG_ANSWER_BYTES = 1 << 20
+# A connection's read buffer at least this large is worth a trim once it is let go: above
+# glibc's default mmap threshold (128 KiB), so its heap may have grown to hold it.
+BIG_BUFFER_BYTES = 256 << 10
 _INTERVAL = 0.05
 
 
