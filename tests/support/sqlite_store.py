@@ -18,7 +18,7 @@ async def opened(
     The keyword indexer's background commits are off unless asked for: they would land
     among the commits these tests count and fault (a search still indexes what it needs)."""
     store = SqliteStorage(str(path), **kwargs)  # type: ignore[arg-type]
-    store.keywords.background = background_keywords
+    store.keywords.catch_up.enabled = background_keywords
     await store.open()
     try:
         yield store

@@ -79,6 +79,7 @@ from ..base import (
 )
 from ..scope_cache import ScopeCache
 from .errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
+from .keywords import KeywordIndexer
 from .schema import DB_NOW_US, LATEST_VERSION, MIGRATIONS, SEARCH_CONFIG
 from .serve_lock import SERVE_LOCK, AdvisoryServeLock
 
@@ -119,12 +120,11 @@ _UNPINNED = (
     "NOT EXISTS (SELECT 1 FROM idempotency i WHERE i.scope_pk = e.scope_pk AND i.entry_seq = e.seq)"
 )
 
-# One statement for every entry written (a put's, an import's): what an entry row holds,
-# its full-text vector included, is decided here once.
+# One statement for every entry written (a put's, an import's): what an entry row holds is
+# decided here once. Its full-text vector is not: keywords.py fills it in after the commit.
 _INSERT_ENTRY = (
     "INSERT INTO entries (scope_pk, seq, id, content, tags, created_us, expires_us,"
-    f" tokens, search, embedding) VALUES ($1, $2, $3, $4, $5, $6, $7, $8,"
-    f" to_tsvector('{SEARCH_CONFIG}', $9), $10)"
+    " tokens, embedding) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 )
 _CHANGE = (
     "INSERT INTO changes (tenant, pos, scope_pk, entry_id, op, at_us)"
@@ -194,6 +194,7 @@ class PostgresqlStorage:
         self.prepared_statements = prepared_statements
         self._pool: asyncpg.Pool | None = None
         self._scope_pks = ScopeCache(scope_cache_size)
+        self._keywords = KeywordIndexer(self._write)
         self._schema_version = 0
         self._closed = False
         self._write_error: str | None = None  # the reason, while the latest write failed
@@ -201,6 +202,11 @@ class PostgresqlStorage:
         self._clock_offset_us = 0  # the database's clock minus this host's (see clock_us)
         self._lock: AdvisoryServeLock | None = None
         self._lock_exclusive = False
+
+    @property
+    def keywords(self) -> KeywordIndexer:
+        """The keyword indexer of this store (its background switch)."""
+        return self._keywords
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -315,6 +321,7 @@ class PostgresqlStorage:
         self._clock_offset_us = database - (before + after) // 2
 
     async def close(self) -> None:
+        await self._keywords.catch_up.close()
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -538,8 +545,6 @@ class PostgresqlStorage:
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
         scope = request.scope
         tokens = estimate_tokens(request.content)
-        # What the full-text index reads: text cannot hold U+0000.
-        searchable = request.content.replace("\x00", " ")
 
         async def op(conn: Conn, effects: Effects) -> PutResult:
             seq, created_us = await _take_clock(conn, scope.tenant, 1)
@@ -606,7 +611,6 @@ class PostgresqlStorage:
                 created_us,
                 row.expires_us,
                 tokens,
-                searchable,
                 request.vector,
             )
             if request.tags:
@@ -658,7 +662,10 @@ class PostgresqlStorage:
             )
             return PutResult(PutOutcome.STORED, row, latest + 1, current_id)
 
-        return await self._write(op)
+        result = await self._write(op)
+        if result.outcome is PutOutcome.STORED:
+            self._keywords.catch_up.note_put()
+        return result
 
     async def set_vectors(self, vectors: Sequence[tuple[str, bytes]]) -> None:
         async def op(conn: Conn, effects: Effects) -> None:
@@ -728,6 +735,9 @@ class PostgresqlStorage:
     ) -> KeywordCandidates:
         if not terms:
             return KeywordCandidates([])
+        await self._keywords.through(
+            tenant=scope.tenant, scope_key=scope.key, snapshot=cast(int, snapshot)
+        )
         # plainto_tsquery reads each term as plain words (no query syntax); a stop word
         # becomes an empty query, which matches nothing.
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
@@ -1199,7 +1209,6 @@ class PostgresqlStorage:
                         row.created_us,
                         row.expires_us,
                         tokens,
-                        row.content.replace("\x00", " "),
                         item.embedding,
                     )
                     if row.tags:
@@ -1211,7 +1220,11 @@ class PostgresqlStorage:
                 stored += len(fresh)
             return stored
 
-        return await self._write(op)
+        stored: int = await self._write(op)
+        # An import is an operator's offline step: it indexes what it wrote, so the first
+        # search after it does not.
+        await self._keywords.catch_up.everything()
+        return stored
 
     async def gauges(self) -> StorageGauges:
         async def read(conn: Conn) -> Any:

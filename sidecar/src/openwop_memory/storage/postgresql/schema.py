@@ -20,9 +20,9 @@ tokens).
 Version 2 adds retrieval: ``entries.tokens`` (the entry's estimated token count, see
 :mod:`openwop_memory.token_count`, so entries over a token budget are skipped in the query)
 and ``entries.search``, the ``tsvector`` of the content (``english`` configuration:
-stemmed, stop words dropped) under a GIN index. The put computes it in the statement that
-inserts the entry, from the redacted content it stores, with U+0000 (which ``text``
-cannot hold) read as a space; it holds lexemes only, never the text itself.
+stemmed, stop words dropped) under a GIN index, made from the redacted content stored,
+with U+0000 (which ``text`` cannot hold) read as a space; it holds lexemes only, never the
+text itself.
 
 Version 3 adds ``entries.embedding`` (``bytea``): the entry's vector (see
 :mod:`retrieval.encoders.wordllama`), computed from the redacted content at its put when the
@@ -51,6 +51,10 @@ schema: ``entries.deleted_us`` (so the sweep keeps a tombstone for the replay re
 after its delete), ``runs.as_of_us`` (a read-only run's time) and the ``meta`` row
 ``history_since_us`` (text: the earliest time such a run is exact from). A change
 record's position already names its write's sequence number.
+
+Version 9 (an extension) indexes keywords after the put's commit (``keywords.py``): a put
+leaves ``entries.search`` NULL, and ``entries_unindexed``, a partial index of the rows
+still NULL, is how the background and a search's catch-up find them without a scan.
 """
 
 from __future__ import annotations
@@ -223,6 +227,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         ],
     ),
+    (9, ["CREATE INDEX entries_unindexed ON entries (scope_pk, seq) WHERE search IS NULL"]),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -545,7 +545,7 @@ class SqliteStorage:
 
     async def _disconnect(self) -> None:
         self._closed = True
-        await self._keywords.close()
+        await self._keywords.catch_up.close()
         await self._writer.close()
         for conn in self._readers:
             with contextlib.suppress(sqlite3.Error, ValueError):
@@ -760,7 +760,7 @@ class SqliteStorage:
 
         result: PutResult = await self._writer.write(op, quick=True)
         if result.outcome is PutOutcome.STORED:
-            self._keywords.note_put()
+            self._keywords.catch_up.note_put()
         return result
 
     def _key_head(
@@ -1389,7 +1389,7 @@ class SqliteStorage:
         stored: int = await self._writer.write(op)
         # An import is an operator's offline step: it indexes what it wrote, so the first
         # search after it does not.
-        await self._keywords.everything()
+        await self._keywords.catch_up.everything()
         return stored
 
     async def backup(self, *, path: str) -> int:

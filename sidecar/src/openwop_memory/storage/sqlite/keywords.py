@@ -19,20 +19,12 @@ the rows its own group's puts add are inserted at its end, after the index op ha
 
 from __future__ import annotations
 
-import asyncio
-
-import structlog
-from openwop_memory_client import MemoryServiceError
-
+from ..catch_up import CatchUp
 from .writer import GroupCommit, Txn
-
-log = structlog.get_logger("openwop_memory.storage")
 
 BATCH = 32
 """Rows indexed in one transaction: under a millisecond of FTS5 work for entries of 30
 words (p50 0.7 ms, max 10 ms at 20,000 entries), so a put queued behind it waits little."""
-LINGER = 0.02
-"""Seconds the background waits after a put for more to come, so a burst is one batch."""
 
 _PROGRESS = "SELECT indexed_seq FROM fts_progress"
 _ROWS = "SELECT seq, scope_pk, content FROM entries WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
@@ -58,16 +50,14 @@ def index_batch(txn: Txn) -> tuple[int, int]:
 
 
 class KeywordIndexer:
-    """Moves ``fts_progress`` forward after puts, and on demand before a search."""
+    """Moves ``fts_progress`` forward after puts (:attr:`catch_up`), and on demand before
+    a search."""
 
     def __init__(self, writer: GroupCommit) -> None:
         self._writer = writer
         # A lower bound of the database's position: this process's commits only.
         self.indexed_seq = 0
-        # False leaves all indexing to the searches (a benchmark measures a put alone so).
-        self.background = True
-        self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self.catch_up = CatchUp(self._batch, BATCH, "keyword_indexing_failed")
 
     async def _batch(self) -> int:
         """One batch; the rows it indexed.
@@ -88,56 +78,3 @@ class KeywordIndexer:
         # includes ``position``: the loop ends even if the position was never a commit's.
         while self.indexed_seq < position and await self._batch() == BATCH:
             pass
-
-    async def everything(self) -> None:
-        """Index every row committed before this call (after an import, say).
-
-        :raises MemoryServiceError: a commit failed.
-        """
-        while await self._batch() == BATCH:
-            pass
-
-    async def _paced(self) -> None:
-        """:meth:`everything`, resting after each batch three times as long as it took: a
-        backlog (after a bulk load, say) then takes at most a quarter of the writer, and
-        the puts meanwhile wait for one short batch, not for a queue of them. (Back to
-        back, a 100,000-entry backlog took a sequential client's put p99 from 6 to 22 ms
-        and its p50 from 0.65 to 1.4 ms in ``make bench``; paced so, 6.6 and 0.75.)
-
-        :raises MemoryServiceError: a commit failed.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            if await self._batch() < BATCH:
-                return
-            await asyncio.sleep(3 * (loop.time() - started))
-
-    def note_put(self) -> None:
-        """A put has committed: index it soon, in the background. Never blocks or raises."""
-        if not self.background:
-            return
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._catch_up())
-        else:
-            self._again = True  # the running catch-up goes round once more
-
-    async def _catch_up(self) -> None:
-        """Index until nothing is left that was committed before the last :meth:`note_put`.
-        A failure is logged and left to the searches and the next put."""
-        try:
-            while True:
-                self._again = False
-                await asyncio.sleep(LINGER)
-                await self._paced()
-                if not self._again:
-                    return
-        except MemoryServiceError as exc:
-            log.warning("keyword_indexing_failed", reason=exc.details.get("reason", exc.code))
-
-    async def close(self) -> None:
-        """Stop the background catch-up (a batch in flight still commits with its group)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.wait([self._task], timeout=5)
-        self._task = None
