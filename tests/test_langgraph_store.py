@@ -6,6 +6,7 @@ results are compared."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -14,10 +15,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import anyio
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import (
     GetOp,
     Item,
@@ -31,7 +34,9 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 from openwop_memory_client import AsyncMemoryRun, MemoryClient, MemoryValidationError, Revision
+from openwop_memory_client import _langgraph_runs as lg_runs
 from openwop_memory_client import langgraph_store as lg
+from openwop_memory_client._langgraph_runs import current_run_id
 from openwop_memory_client.langgraph_store import OpenWopStore
 from support.sidecar import Sidecar, unmeasured
 
@@ -219,6 +224,145 @@ def test_a_batch_behaves_as_the_in_memory_store(shared_sidecar: Sidecar, name: s
     for ops in SEQUENCES[name]:
         expected = [observed(result) for result in theirs.batch(ops)]
         assert [observed(result) for result in ours.batch(ops)] == expected, ops
+
+
+# -- 1b. one snapshot per LangGraph run, with the run's own writes over it -------------------
+
+
+class GraphState(TypedDict, total=False):
+    seen: list[Any]
+
+
+def in_graph_run(run_id: str | None, body: Callable[[], list[Any]]) -> list[Any]:
+    """``body()`` called in a node of a one-node graph invoked with ``run_id`` as its
+    ``configurable.run_id`` (none: a graph run without one); what it returned."""
+
+    def node(state: GraphState) -> GraphState:
+        return {"seen": body()}
+
+    builder = StateGraph(GraphState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    config: RunnableConfig = {"configurable": {} if run_id is None else {"run_id": run_id}}
+    return list(builder.compile().invoke({}, config)["seen"])
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCES))
+def test_the_calls_of_a_graph_run_behave_as_the_in_memory_store(
+    shared_sidecar: Sidecar, name: str
+) -> None:
+    """Within one LangGraph run, every call reads the run's snapshot with the run's own
+    earlier writes over it: with no other writer, what LangGraph's store shows."""
+    ours, theirs = store(shared_sidecar), InMemoryStore()
+    expected = [[observed(result) for result in theirs.batch(ops)] for ops in SEQUENCES[name]]
+
+    def calls() -> list[Any]:
+        return [[observed(result) for result in ours.batch(ops)] for ops in SEQUENCES[name]]
+
+    assert in_graph_run(f"run-{uuid.uuid4()}", calls) == expected
+
+
+def test_a_graph_run_reads_its_snapshot_and_its_own_writes_not_others(
+    shared_sidecar: Sidecar,
+) -> None:
+    s = store(shared_sidecar)
+    other = OpenWopStore(str(shared_sidecar.socket), tenant=s._tenant, snapshots="call")
+    s.put(("notes",), "shared", {"v": 0})
+
+    def body() -> list[Any]:
+        first = s.get(("notes",), "shared")  # the run's snapshot is taken here
+        s.put(("notes",), "mine", {"v": 1})
+        s.put(("mine",), "k", {"v": 2})
+        s.delete(("notes",), "shared")
+        other.put(("notes",), "theirs", {"v": 3})  # another writer, after the snapshot
+        other.put(("theirs",), "k", {"v": 4})
+        return [
+            observed(first),
+            observed(s.get(("notes",), "shared")),  # deleted by the run
+            observed(s.get(("notes",), "mine")),
+            observed(s.get(("notes",), "theirs")),  # after the snapshot: not seen
+            observed(s.search(("notes",))),
+            s.list_namespaces(),
+        ]
+
+    seen = in_graph_run(f"run-{uuid.uuid4()}", body)
+    assert seen == [
+        (("notes",), "shared", {"v": 0}),
+        None,
+        (("notes",), "mine", {"v": 1}),
+        None,
+        [(("notes",), "mine", {"v": 1})],
+        [("mine",), ("notes",)],
+    ]
+    # Outside the run, every write is there.
+    assert sorted(item.key for item in s.search(("notes",))) == ["mine", "theirs"]
+
+
+def test_a_replayed_graph_run_reads_what_its_first_execution_read(
+    shared_sidecar: Sidecar,
+) -> None:
+    """The same ``run_id`` again, from a new store (another process, after a restart):
+    the original snapshot, not the writes made since, the run's own first execution's
+    included. A new ``run_id`` reads the store as it is now."""
+    first = store(shared_sidecar)
+    first.put(("counter",), "n", {"v": 0})
+    run_id = f"run-{uuid.uuid4()}"
+
+    def increment(s: OpenWopStore) -> Callable[[], list[Any]]:
+        def body() -> list[Any]:
+            item = s.get(("counter",), "n")
+            assert item is not None
+            s.put(("counter",), "n", {"v": item.value["v"] + 1})
+            return [item.value["v"]]
+
+        return body
+
+    assert in_graph_run(run_id, increment(first)) == [0]
+    OpenWopStore(str(shared_sidecar.socket), tenant=first._tenant).put(("counter",), "n", {"v": 5})
+    again = OpenWopStore(str(shared_sidecar.socket), tenant=first._tenant)
+    assert in_graph_run(run_id, increment(again)) == [0]  # the replay wrote 1 again
+    assert in_graph_run(f"run-{uuid.uuid4()}", increment(again)) == [1]
+
+
+@pytest.mark.parametrize(("with_run_id", "snapshots"), [(False, "run"), (True, "call")])
+def test_without_a_run_id_or_with_snapshots_call_each_call_reads_anew(
+    shared_sidecar: Sidecar, with_run_id: bool, snapshots: Literal["run", "call"]
+) -> None:
+    s = OpenWopStore(
+        str(shared_sidecar.socket), tenant=f"lg-{uuid.uuid4().hex[:8]}", snapshots=snapshots
+    )
+    other = OpenWopStore(str(shared_sidecar.socket), tenant=s._tenant, snapshots="call")
+
+    def body() -> list[Any]:
+        before = s.get(("ns",), "k")
+        other.put(("ns",), "k", {"v": 1})
+        return [observed(before), observed(s.get(("ns",), "k"))]
+
+    run_id = f"run-{uuid.uuid4()}" if with_run_id else None
+    assert in_graph_run(run_id, body) == [None, (("ns",), "k", {"v": 1})]
+
+
+def test_the_run_id_and_the_runs_remembered_are_as_the_docs_say() -> None:
+    page = (ROOT / "docs" / "langgraph.md").read_text()
+    assert f"last {lg_runs.RUNS_KEPT:,} runs" in page
+    assert current_run_id() is None  # outside a graph run
+    assert in_graph_run("r-1", lambda: [current_run_id()]) == ["langgraph-run-r-1"]
+    odd = "x" * 201
+    digest = hashlib.sha256(odd.encode()).hexdigest()
+    assert in_graph_run(odd, lambda: [current_run_id()]) == [f"langgraph-run-{digest}"]
+    writes = lg_runs.RunWrites(kept=2)
+    writes.of("a")[(("ns",), "k")] = None
+    writes.of("b")[(("ns",), "k")] = None
+    writes.of("a")  # used again: "b" is now the oldest
+    writes.of("c")
+    assert writes.of("a") == {(("ns",), "k"): None}
+    assert writes.of("b") == {}  # forgotten
+
+
+def test_snapshots_takes_run_or_call(shared_sidecar: Sidecar) -> None:
+    with pytest.raises(ValueError, match="snapshots"):
+        OpenWopStore(str(shared_sidecar.socket), tenant="t", snapshots="never")  # type: ignore[arg-type]
 
 
 # -- 2. puts compare-and-set on the key's revision --------------------------------------------

@@ -4,11 +4,14 @@ Namespaces map to scopes (``memory.issueRef(tenant, agent, <the namespace as JSO
 keys to keyed entries (``put_keyed``/``get_key``), values to JSON content. docs/langgraph.md
 says what is covered, what is not and why; in short:
 
-- Each ``batch``/``abatch`` call is one OpenWOP run: every read sees the store as of the
-  call's start, none of the call's own writes (as LangGraph's ``InMemoryStore`` and
-  ``PostgresStore`` apply a batch's puts after its reads); then the last write per
-  (namespace, key) is applied, so a put then a delete ends deleted and a delete then a put
-  ends present. The next call sees them.
+- A LangGraph run (``configurable.run_id`` in its config) is one OpenWOP run: its first
+  call takes the snapshot, every later call of the run, and a replay of it, reads that
+  snapshot again, with the run's own writes laid over it (``_langgraph_runs.py``). A call
+  outside such a run is an OpenWOP run of its own (``snapshots="call"``: every call).
+- Within a ``batch``/``abatch`` call every read comes before the call's own writes (as
+  LangGraph's ``InMemoryStore`` and ``PostgresStore`` apply a batch's puts after its
+  reads); then the last write per (namespace, key) is applied, so a put then a delete ends
+  deleted and a delete then a put ends present. The next call sees them.
 - A put compares and sets on the key's live revision (read by ``memory.history``, which is
   not bound to the snapshot), retrying ``_ATTEMPTS`` times on a conflict and then writing
   unconditionally: last writer wins, and neither writer's revision is lost from history.
@@ -23,9 +26,10 @@ says what is covered, what is not and why; in short:
   namespace, the delete of a namespace's last item unregisters it.
 
 Not covered: vector ``index`` fields (a list of paths is accepted and ignored: the whole
-body is what the sidecar indexes), one snapshot per LangGraph run (``run_id``), atomic
-batches (writes are applied one by one: the sidecar has no multi-key transaction), the TTL
-sweep (the sidecar expires entries itself).
+body is what the sidecar indexes), a query search finding a run's own new items within
+that run (its own updates and deletes are applied to the hits), atomic batches (writes
+are applied one by one: the sidecar has no multi-key transaction), the TTL sweep (the
+sidecar expires entries itself).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 from langgraph.store.base import (
@@ -57,6 +61,7 @@ from ._async_client import AsyncMemoryClient
 from ._async_run import AsyncMemoryRun
 from ._entry import KeyedEntry, MemoryEntry, Revision
 from ._errors import ConflictError, OpenWopMemoryError
+from ._langgraph_runs import Key, Put, RunWrites, Written, current_run_id
 
 REGISTRY = "langgraph.namespaces"  # a scope name no namespace's JSON spelling can be
 _SCAN = 1000  # entries per page, and a query search's per-namespace cap (the sidecar's maximum)
@@ -114,6 +119,9 @@ class OpenWopStore(BaseStore):
         stored with ``[REDACTED:<id>]`` in its place.
     :param ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for puts that name no
         ``ttl``, ``refresh_on_read`` (default True) for gets and searches that do not say.
+    :param snapshots: ``"run"`` (default): the calls of one LangGraph run (its
+        ``configurable.run_id``) read one snapshot, with the run's own writes over it;
+        ``"call"``: every call reads a snapshot of its own.
     """
 
     supports_ttl: bool = True
@@ -126,12 +134,17 @@ class OpenWopStore(BaseStore):
         agent: str = "langgraph",
         secrets: Mapping[str, str] | None = None,
         ttl: TTLConfig | None = None,
+        snapshots: Literal["run", "call"] = "run",
     ) -> None:
+        if snapshots not in ("run", "call"):
+            raise ValueError(f"snapshots must be 'run' or 'call', not {snapshots!r}")
         self._socket = socket_path
         self._tenant = tenant
         self._agent = agent
         self._secrets = dict(secrets or {})
         self.ttl_config = ttl
+        self._per_run = snapshots == "run"
+        self._run_writes = RunWrites()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`abatch` on an event loop of its own (not from inside a running loop)."""
@@ -139,21 +152,27 @@ class OpenWopStore(BaseStore):
         return anyio.run(self.abatch, ops)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` as one OpenWOP run: every read sees the store as of the call's start
-        (none of the call's own puts), then the last put per (namespace, key) is applied,
-        then the TTLs of the items read with ``refresh_ttl`` are refreshed."""
+        """Run ``ops`` in the OpenWOP run of the LangGraph run they are made in (or in one
+        of their own): every read sees the run's snapshot and the run's writes before this
+        call, none of this call's; then the last put per (namespace, key) is applied, then
+        the TTLs of the items read with ``refresh_ttl`` are refreshed."""
         ops = list(ops)
         writes = _last_writes(ops)
         _check_values(writes.values())
+        graph_run = current_run_id() if self._per_run else None
+        own = None if graph_run is None else self._run_writes.of(graph_run)
         async with AsyncMemoryClient(self._socket) as client, contextlib.AsyncExitStack() as stack:
-            scopes = _Scopes(client, self._tenant, self._agent)
-            run_id = f"langgraph-{uuid.uuid4()}"
+            scopes = _Scopes(client, self._tenant, self._agent, own or {})
+            # A known run id is begun again on its original snapshot (a resume, a replay).
+            run_id = graph_run or f"langgraph-{uuid.uuid4()}"
             run = client.run(run_id, self._tenant, self._secrets or None)
             await _begin(run, stack, scopes, _named(ops, writes.values()))
             read: list[_Read] = []
             results = [await self._read(run, scopes, op, read) for op in ops]
-            for write in writes.values():
-                await _write(run, await scopes.ref(write.namespace), write)
+            for (namespace, key), write in writes.items():
+                written = await _write(run, await scopes.ref(namespace), write)
+                if own is not None:
+                    own[(namespace, key)] = written
             await self._refresh(run, scopes, read, writes.keys())
             await _keep_registry(run, scopes, writes.values())
             return results
@@ -163,6 +182,9 @@ class OpenWopStore(BaseStore):
     ) -> Result:
         """The result of a read op (None for a put), noting in ``read`` what to refresh."""
         if isinstance(op, GetOp):
+            if (op.namespace, op.key) in scopes.own:
+                written = scopes.own[(op.namespace, op.key)]
+                return None if written is None else _copy(written.item, Item)
             found = await run.get_key(await scopes.ref(op.namespace), op.key)
             if found is None:
                 return None
@@ -182,17 +204,21 @@ class OpenWopStore(BaseStore):
         self, run: AsyncMemoryRun, scopes: _Scopes, op: SearchOp, read: list[_Read]
     ) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        found: list[tuple[SearchItem, MemoryEntry]] = []
+        found: list[tuple[SearchItem, MemoryEntry | None]] = []
         for namespace in await _namespaces(run, scopes):
             if namespace[: len(prefix)] == prefix:
                 found.extend(await _search_one(run, await scopes.ref(namespace), namespace, op))
+        if scopes.own:
+            found = _with_own_writes(found, scopes.own, prefix, op)
         if op.query:
             found.sort(key=lambda pair: -(pair[0].score or 0.0))
         else:
             found.sort(key=lambda pair: pair[0].updated_at, reverse=True)
         page = found[op.offset : op.offset + op.limit]
         if op.refresh_ttl:
-            read.extend(_Read(item.namespace, item.key, entry) for item, entry in page)
+            read.extend(
+                _Read(item.namespace, item.key, entry) for item, entry in page if entry is not None
+            )
         return [item for item, _ in page]
 
     async def _refresh(
@@ -214,13 +240,16 @@ class OpenWopStore(BaseStore):
 
 
 class _Scopes:
-    """The scope refs of one ``abatch`` call, each issued once, and live reads of scopes
-    (outside the call's snapshot)."""
+    """The scope refs of one ``abatch`` call, each issued once, live reads of scopes
+    (outside the call's snapshot), and the LangGraph run's writes before the call."""
 
-    def __init__(self, client: AsyncMemoryClient, tenant: str, agent: str) -> None:
+    def __init__(
+        self, client: AsyncMemoryClient, tenant: str, agent: str, own: Mapping[Key, Written]
+    ) -> None:
         self._client = client
         self._tenant = tenant
         self._agent = agent
+        self.own = own
         self._refs: dict[tuple[str, ...] | None, str] = {}
         # The registry as the call's snapshot holds it: read once, as the snapshot is fixed.
         self.registered: list[tuple[str, ...]] | None = None
@@ -318,14 +347,18 @@ async def _live(run: AsyncMemoryRun, scope: str, key: str) -> Revision | None:
     return None
 
 
-async def _write(run: AsyncMemoryRun, scope: str, op: PutOp) -> None:
+async def _write(run: AsyncMemoryRun, scope: str, op: PutOp) -> Written:
+    """Apply the write; the item as stored (None for a delete)."""
     if op.value is None:
         await _delete(run, scope, op.key)
-    else:
-        await _put(run, scope, op)
+        return None
+    stored = await _put(run, scope, op)
+    item = _item(op.namespace, stored.entry, Item)
+    assert item is not None  # the body was written by _content
+    return Put(item, indexed=op.index is not False)
 
 
-async def _put(run: AsyncMemoryRun, scope: str, op: PutOp) -> None:
+async def _put(run: AsyncMemoryRun, scope: str, op: PutOp) -> KeyedEntry:
     """Compare-and-set on the key's live revision, so that a concurrent writer's revision
     is never silently superseded unseen (its creation time is kept); after
     ``_ATTEMPTS`` conflicts the put is written unconditionally (last writer wins)."""
@@ -336,14 +369,13 @@ async def _put(run: AsyncMemoryRun, scope: str, op: PutOp) -> None:
         expected = 0 if live is None else live.revision
         content = _content(op, live)
         try:
-            await run.put_keyed(
+            return await run.put_keyed(
                 scope, op.key, content, tags=tags, ttl=ttl, expected_revision=expected
             )
-            return
         except ConflictError:
             continue
     live = await _live(run, scope, op.key)
-    await run.put_keyed(scope, op.key, _content(op, live), tags=tags, ttl=ttl)
+    return await run.put_keyed(scope, op.key, _content(op, live), tags=tags, ttl=ttl)
 
 
 def _content(op: PutOp, live: Revision | None) -> str:
@@ -430,9 +462,12 @@ async def _entries(run: AsyncMemoryRun, scope: str) -> list[MemoryEntry]:
 
 
 async def _namespaces(run: AsyncMemoryRun, scopes: _Scopes) -> list[tuple[str, ...]]:
-    """The registered namespaces in the run's snapshot, sorted (read once per batch)."""
+    """The registered namespaces in the run's snapshot and those the LangGraph run put
+    into since, sorted (read once per batch)."""
     if scopes.registered is None:
-        scopes.registered = await _read_registry(run, scopes)
+        registered = set(await _read_registry(run, scopes))
+        registered |= {ns for (ns, _), written in scopes.own.items() if written is not None}
+        scopes.registered = sorted(registered)
     return scopes.registered
 
 
@@ -461,7 +496,7 @@ async def _list_namespaces(
 
 async def _search_one(
     run: AsyncMemoryRun, scope: str, namespace: tuple[str, ...], op: SearchOp
-) -> list[tuple[SearchItem, MemoryEntry]]:
+) -> list[tuple[SearchItem, MemoryEntry | None]]:
     """The items of one namespace a search returns, with their entries. A query search
     reads at most ``_SCAN`` relevant entries (the sidecar's maximum for one search) and
     skips items put with ``index=False``; a listing reads every page."""
@@ -469,7 +504,7 @@ async def _search_one(
         entries = await run.search(scope, op.query, limit=_SCAN)
     else:
         entries = await _entries(run, scope)
-    found: list[tuple[SearchItem, MemoryEntry]] = []
+    found: list[tuple[SearchItem, MemoryEntry | None]] = []
     for rank, entry in enumerate(entries):
         if op.query and _UNINDEXED in entry.tags:
             continue
@@ -480,6 +515,53 @@ async def _search_one(
             item.score = 1.0 / (1 + rank)  # the sidecar's order, as a score
         found.append((item, entry))
     return found
+
+
+def _with_own_writes(
+    found: list[tuple[SearchItem, MemoryEntry | None]],
+    own: Mapping[Key, Written],
+    prefix: tuple[str, ...],
+    op: SearchOp,
+) -> list[tuple[SearchItem, MemoryEntry | None]]:
+    """A search's hits in the snapshot with the LangGraph run's own writes laid over them:
+    a deleted item is gone, a rewritten one holds its new value (and is dropped if that no
+    longer passes the filter, or was put with ``index=False`` under a query). A listing
+    also holds the run's new items; a query ranks the snapshot's only (the sidecar's
+    ranking of an item the snapshot does not hold is not known here)."""
+    kept: list[tuple[SearchItem, MemoryEntry | None]] = []
+    for item, entry in found:
+        key = (item.namespace, item.key)
+        if key not in own:
+            kept.append((item, entry))
+            continue
+        written = own[key]
+        if written is None or (op.query and not written.indexed):
+            continue
+        fresh = _copy(written.item, SearchItem)
+        fresh.score = item.score
+        if _passes(fresh, op.filter):
+            kept.append((fresh, None))
+    if op.query:
+        return kept
+    listed = {(item.namespace, item.key) for item, _ in kept}
+    for (namespace, name), written in own.items():
+        if written is None or (namespace, name) in listed or namespace[: len(prefix)] != prefix:
+            continue
+        fresh = _copy(written.item, SearchItem)
+        if _passes(fresh, op.filter):
+            kept.append((fresh, None))
+    return kept
+
+
+def _copy(item: Item, cls: type[_I]) -> _I:
+    """A new ``cls`` holding what ``item`` holds (a caller may change what it is given)."""
+    return cls(
+        namespace=item.namespace,
+        key=item.key,
+        value=json.loads(json.dumps(item.value)),
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+    )
 
 
 def _passes(item: SearchItem, wanted: dict[str, Any] | None) -> bool:
