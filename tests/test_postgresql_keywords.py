@@ -174,3 +174,26 @@ async def test_an_import_indexes_what_it_wrote(store: PostgresqlStorage, tmp_pat
     assert await store.import_entries(entries=items) == BATCH + 5
     path = tmp_path / "store"
     assert rows(path) == BATCH + 5 and unindexed(path) == 0
+
+
+async def test_the_background_leaves_deleted_rows_to_the_searches_that_see_them(
+    tmp_path: Path,
+) -> None:
+    """A deleted row is the sweep's to remove: the background never takes (and locks) it,
+    and a search at a snapshot from before the delete indexes it and finds it."""
+    path = tmp_path / "deleted"
+    store = await opened(path, background=True)
+    try:
+        quiet = store.keywords.catch_up
+        quiet.enabled = False
+        gone = await stored(store, put_request(SCOPE, "a walrus, deleted"))
+        before = await fresh_snapshot(store, SCOPE.tenant)
+        assert await store.delete(scope=SCOPE, entry_id=gone.id, now_us=now_us())
+        quiet.enabled = True
+        await stored(store, put_request(SCOPE, "a live walrus"))
+        await quiet.everything()
+        assert unindexed(path) == 1  # the deleted row
+        assert [row.id for row in await search(store, before, "deleted")] == [gone.id]
+        assert unindexed(path) == 0
+    finally:
+        await store.close()
