@@ -77,6 +77,7 @@ from ..base import (
     refuse_as_of,
     replayed,
 )
+from ..batches import SweepBatch, sweep_steps, until_short
 from ..scope_cache import ScopeCache
 from .errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .keywords import KeywordIndexer
@@ -978,75 +979,61 @@ class PostgresqlStorage:
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         """Each batch is a short transaction of its own holding the sweep advisory lock; when
         another sidecar holds it, this pass stops (one sidecar sweeps at a time)."""
-        counts = SweepCounts()
         with contextlib.suppress(UpstreamUnavailableError):  # the clocks drift apart slowly
             await self._read(self._measure_clock)
-        steps: list[tuple[str, str, tuple[Any, ...]]] = [
-            (
-                "expired_entries",
-                "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
-                " FROM entries e WHERE e.expires_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                (horizons.now_us, batch_size),
-            ),
-            (
-                "purged_changes",
-                "DELETE FROM changes WHERE (tenant, pos) IN (SELECT tenant, pos FROM changes"
-                " WHERE at_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                (horizons.key_cutoff_us, batch_size),
-            ),
-            (
-                "purged_idempotency_keys",
-                "DELETE FROM idempotency WHERE (scope_pk, key) IN (SELECT scope_pk, key"
-                " FROM idempotency WHERE created_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                (horizons.key_cutoff_us, batch_size),
-            ),
-            (
-                "expired_runs",
-                "UPDATE runs SET snapshot_seq = NULL WHERE (tenant, run_id) IN (SELECT tenant,"
-                " run_id FROM runs WHERE snapshot_seq IS NOT NULL AND touched_us <= $1"
-                " LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                (horizons.run_cutoff_us, batch_size),
-            ),
-            (
-                "purged_runs",
-                "DELETE FROM runs WHERE (tenant, run_id) IN (SELECT tenant, run_id FROM runs"
-                " WHERE snapshot_seq IS NULL AND touched_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                (horizons.marker_cutoff_us, batch_size),
-            ),
-            # A tombstone can go once every retained snapshot of its tenant is at or past
-            # its delete (a new snapshot is always at or past it), and the delete is past
-            # the replay retention (a run as of a time before it still sees the entry).
-            (
-                "purged_tombstones",
-                "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
-                " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk"
-                " WHERE e.deleted_seq IS NOT NULL AND e.deleted_seq <= coalesce("
-                "(SELECT min(r.snapshot_seq) FROM runs r WHERE r.tenant = s.tenant"
-                " AND r.snapshot_seq IS NOT NULL),"
-                " (SELECT c.seq FROM tenant_clocks c WHERE c.tenant = s.tenant))"
-                f" AND coalesce(e.deleted_us, 0) <= $2 AND {_UNPINNED}"
-                " AND NOT EXISTS (SELECT 1 FROM entry_keys k"
-                " WHERE k.scope_pk = e.scope_pk AND k.seq = e.seq AND k.ended_us > $2)"
-                " LIMIT $1 FOR UPDATE OF e SKIP LOCKED)",
-                (batch_size, horizons.run_cutoff_us),
-            ),
-        ]
-        for name, sql, params in steps:
-            while True:
-                try:
-                    batch = (
-                        _expiry(*params) if name == "expired_entries" else _sweep_batch(sql, params)
-                    )
-                    removed = await self._write(batch)
-                except UpstreamUnavailableError as exc:
-                    counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
-                    break
-                if removed is None:  # another sidecar is sweeping
-                    return counts
-                setattr(counts, name, getattr(counts, name) + removed)
-                if removed < batch_size:
-                    break
-        return counts
+
+        def statement(sql: str, *params: Any) -> SweepBatch:
+            return lambda: self._write(_sweep_batch(sql, params))
+
+        return await sweep_steps(
+            {
+                "expired_entries": lambda: self._write(_expiry(horizons.now_us, batch_size)),
+                "purged_changes": statement(
+                    "DELETE FROM changes WHERE (tenant, pos) IN (SELECT tenant, pos FROM changes"
+                    " WHERE at_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                    horizons.key_cutoff_us,
+                    batch_size,
+                ),
+                "purged_idempotency_keys": statement(
+                    "DELETE FROM idempotency WHERE (scope_pk, key) IN (SELECT scope_pk, key"
+                    " FROM idempotency WHERE created_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                    horizons.key_cutoff_us,
+                    batch_size,
+                ),
+                "expired_runs": statement(
+                    "UPDATE runs SET snapshot_seq = NULL WHERE (tenant, run_id) IN (SELECT"
+                    " tenant, run_id FROM runs WHERE snapshot_seq IS NOT NULL"
+                    " AND touched_us <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                    horizons.run_cutoff_us,
+                    batch_size,
+                ),
+                "purged_runs": statement(
+                    "DELETE FROM runs WHERE (tenant, run_id) IN (SELECT tenant, run_id FROM runs"
+                    " WHERE snapshot_seq IS NULL AND touched_us <= $1 LIMIT $2"
+                    " FOR UPDATE SKIP LOCKED)",
+                    horizons.marker_cutoff_us,
+                    batch_size,
+                ),
+                # A tombstone can go once every retained snapshot of its tenant is at or
+                # past its delete (a new snapshot is always at or past it), and the delete
+                # is past the replay retention (a run as of a time before it still sees it).
+                "purged_tombstones": statement(
+                    "DELETE FROM entries WHERE (scope_pk, seq) IN (SELECT e.scope_pk, e.seq"
+                    " FROM entries e JOIN scopes s ON s.scope_pk = e.scope_pk"
+                    " WHERE e.deleted_seq IS NOT NULL AND e.deleted_seq <= coalesce("
+                    "(SELECT min(r.snapshot_seq) FROM runs r WHERE r.tenant = s.tenant"
+                    " AND r.snapshot_seq IS NOT NULL),"
+                    " (SELECT c.seq FROM tenant_clocks c WHERE c.tenant = s.tenant))"
+                    f" AND coalesce(e.deleted_us, 0) <= $2 AND {_UNPINNED}"
+                    " AND NOT EXISTS (SELECT 1 FROM entry_keys k"
+                    " WHERE k.scope_pk = e.scope_pk AND k.seq = e.seq AND k.ended_us > $2)"
+                    " LIMIT $1 FOR UPDATE OF e SKIP LOCKED)",
+                    batch_size,
+                    horizons.run_cutoff_us,
+                ),
+            },
+            batch_size,
+        )
 
     async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
         async def op(conn: Conn, effects: Effects) -> tuple[int, int]:
@@ -1079,12 +1066,7 @@ class PostgresqlStorage:
                 return len(rows), len(gone)
             return 0, 0
 
-        total = 0
-        while True:
-            found, removed = await self._write(op)
-            total += removed
-            if found < batch_size:
-                return total
+        return await until_short(lambda: self._write(op), batch_size)
 
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         rows = await self._read(

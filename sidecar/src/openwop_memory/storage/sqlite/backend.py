@@ -81,6 +81,7 @@ from ..base import (
     refuse_as_of,
     replayed,
 )
+from ..batches import SweepBatch, sweep_steps, until_short
 from ..scope_cache import ScopeCache
 from .errors import translate_errors, translated
 from .keywords import KeywordIndexer
@@ -1115,64 +1116,46 @@ class SqliteStorage:
     # -- maintenance ---------------------------------------------------------------------
 
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
-        counts = SweepCounts()
-        steps: list[tuple[str, str, tuple[Any, ...]]] = [
-            (
-                "expired_entries",
-                "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE expires_us <= ?"
-                " LIMIT ?)",
-                (horizons.now_us, batch_size),
-            ),
-            (
-                "purged_changes",
-                "DELETE FROM changes WHERE pos IN (SELECT pos FROM changes WHERE at_us <= ?"
-                " LIMIT ?)",
-                (horizons.key_cutoff_us, batch_size),
-            ),
-            (
-                "purged_idempotency_keys",
-                "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
-                " WHERE created_us <= ? LIMIT ?)",
-                (horizons.key_cutoff_us, batch_size),
-            ),
-            (
-                "expired_runs",
-                "UPDATE runs SET snapshot_seq = NULL WHERE rowid IN (SELECT rowid FROM runs"
-                " WHERE snapshot_seq IS NOT NULL AND touched_us <= ? LIMIT ?)",
-                (horizons.run_cutoff_us, batch_size),
-            ),
-            (
-                "purged_runs",
-                "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs"
-                " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
-                (horizons.marker_cutoff_us, batch_size),
-            ),
-            # A tombstone can go once every retained snapshot is at or past its delete,
-            # and the delete is past the replay retention (a run as of a time before it
-            # still sees the entry).
-            (
-                "purged_tombstones",
-                "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE deleted_seq <="
-                " coalesce((SELECT min(snapshot_seq) FROM runs WHERE snapshot_seq IS NOT NULL),"
-                " (SELECT seq FROM clock)) AND coalesce(deleted_us, 0) <= ?"
-                f" AND {_UNPINNED} AND {_HISTORY_PAST} LIMIT ?)",
-                (horizons.run_cutoff_us, horizons.run_cutoff_us, batch_size),
-            ),
-        ]
-        for name, sql, params in steps:
-            while True:
-                try:
-                    write = (
-                        _expiry(*params) if name == "expired_entries" else _statement(sql, params)
-                    )
-                    removed = await self._writer.write(write)
-                except MemoryServiceError as exc:
-                    counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
-                    break
-                setattr(counts, name, getattr(counts, name) + removed)
-                if removed < batch_size:
-                    break
-                await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+        def statement(sql: str, *params: Any) -> SweepBatch:
+            return lambda: self._writer.write(_statement(sql, (*params, batch_size)))
+
+        counts = await sweep_steps(
+            {
+                "expired_entries": lambda: self._writer.write(_expiry(horizons.now_us, batch_size)),
+                "purged_changes": statement(
+                    "DELETE FROM changes WHERE pos IN (SELECT pos FROM changes WHERE at_us <= ?"
+                    " LIMIT ?)",
+                    horizons.key_cutoff_us,
+                ),
+                "purged_idempotency_keys": statement(
+                    "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
+                    " WHERE created_us <= ? LIMIT ?)",
+                    horizons.key_cutoff_us,
+                ),
+                "expired_runs": statement(
+                    "UPDATE runs SET snapshot_seq = NULL WHERE rowid IN (SELECT rowid FROM runs"
+                    " WHERE snapshot_seq IS NOT NULL AND touched_us <= ? LIMIT ?)",
+                    horizons.run_cutoff_us,
+                ),
+                "purged_runs": statement(
+                    "DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs"
+                    " WHERE snapshot_seq IS NULL AND touched_us <= ? LIMIT ?)",
+                    horizons.marker_cutoff_us,
+                ),
+                # A tombstone can go once every retained snapshot is at or past its delete,
+                # and the delete is past the replay retention (a run as of a time before it
+                # still sees the entry).
+                "purged_tombstones": statement(
+                    "DELETE FROM entries WHERE seq IN (SELECT seq FROM entries WHERE deleted_seq"
+                    " <= coalesce((SELECT min(snapshot_seq) FROM runs WHERE snapshot_seq IS NOT"
+                    " NULL), (SELECT seq FROM clock)) AND coalesce(deleted_us, 0) <= ?"
+                    f" AND {_UNPINNED} AND {_HISTORY_PAST} LIMIT ?)",
+                    horizons.run_cutoff_us,
+                    horizons.run_cutoff_us,
+                ),
+            },
+            batch_size,
+        )
         if counts.expired_entries:
             await self._erase_expired(counts)
         elif self._wal_holds_expired:
@@ -1229,13 +1212,11 @@ class SqliteStorage:
                 )
             return len(seqs)
 
-        total = 0
-        while True:
+        async def batch() -> tuple[int, int]:
             removed: int = await self._writer.write(op)
-            total += removed
-            if removed < batch_size:
-                break
-            await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+            return removed, removed
+
+        total = await until_short(batch, batch_size)
         if total:
             # FTS5 forgets a row by adding a delete marker; the row's terms stay in the old
             # segments until they are merged. Merging them all now (secure_delete zeroes
