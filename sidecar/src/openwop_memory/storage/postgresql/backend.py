@@ -78,6 +78,7 @@ from ..base import (
     replayed,
 )
 from ..batches import SweepBatch, sweep_steps, until_short
+from ..migrations import migrations_to_run
 from ..scope_cache import ScopeCache
 from .errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
 from .keywords import KeywordIndexer
@@ -286,14 +287,7 @@ class PostgresqlStorage:
                     "create_database is false: check that the URL names the right database, "
                     "or set create_database = true to make the tables there"
                 )
-            if current > LATEST_VERSION:
-                raise StorageStartupError(
-                    f"the database schema is version {current}, newer than this sidecar "
-                    f"knows ({LATEST_VERSION}); upgrade openwop-memory"
-                )
-            for version, statements in MIGRATIONS:
-                if version <= current:
-                    continue
+            for version, statements in migrations_to_run(current, MIGRATIONS):
                 for statement in statements:
                     if isinstance(statement, str):
                         await conn.execute(statement)

@@ -82,6 +82,7 @@ from ..base import (
     replayed,
 )
 from ..batches import SweepBatch, sweep_steps, until_short
+from ..migrations import migrations_to_run
 from ..scope_cache import ScopeCache
 from .errors import translate_errors, translated
 from .keywords import KeywordIndexer
@@ -503,14 +504,7 @@ class SqliteStorage:
             )
             rows = conn.execute("SELECT max(version) FROM schema_migrations").fetchall()
             current = rows[0][0] or 0
-            if current > LATEST_VERSION:
-                raise StorageStartupError(
-                    f"the database schema is version {current}, newer than this sidecar "
-                    f"knows ({LATEST_VERSION}); upgrade openwop-memory"
-                )
-            for version, statements in MIGRATIONS:
-                if version <= current:
-                    continue
+            for version, statements in migrations_to_run(current, MIGRATIONS):
                 for statement in statements:
                     if isinstance(statement, str):
                         conn.execute(statement)
