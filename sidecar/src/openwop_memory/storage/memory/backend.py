@@ -31,6 +31,7 @@ database is this process's alone, so no other sidecar can serve it or import int
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import cast
 
@@ -176,7 +177,7 @@ class MemoryStorage:
         by_tenant = self._db().runs.get(run_id, {})
         return [
             RunRecord(run_id, tenant, Snapshot(row.snapshot_seq), row.snapshot_us, row.as_of_us)
-            for tenant, row in sorted(by_tenant.items())
+            for tenant, row in sorted(by_tenant.items(), key=lambda item: item[0])
             if row.snapshot_seq is not None and row.touched_us > retention_cutoff_us
         ]
 
@@ -251,11 +252,13 @@ class MemoryStorage:
         return found
 
     async def changes(self, *, tenant: str, after: int, limit: int) -> Sequence[Change]:
+        records = self._db().changes
         found: list[Change] = []
-        for record in self._db().changes:
+        # The feed is in position order: start past ``after`` rather than at its oldest.
+        for record in records[bisect.bisect_right(records, after, key=lambda c: c.pos) :]:
             if len(found) == limit:
                 break
-            if record.pos > after and record.tenant == tenant:
+            if record.tenant == tenant:
                 found.append(
                     Change(record.pos, record.scope_key, record.entry_id, record.op, record.at_us)
                 )
@@ -273,11 +276,10 @@ class MemoryStorage:
         max_tokens: int | None = None,
         where: ListFilter | None = None,
     ) -> KeywordCandidates:
-        database = self._db()
         if not terms:
             return KeywordCandidates([])
         return keyword_candidates(
-            database, scope, cast(int, snapshot), now_us, terms, limit, tag, max_tokens, where
+            self._db(), scope, cast(int, snapshot), now_us, terms, limit, tag, max_tokens, where
         )
 
     async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
@@ -469,6 +471,8 @@ class MemoryStorage:
         return import_entries(self._write(), entries)
 
     async def gauges(self) -> StorageGauges:
+        """Exact counts kept as rows come and go; only the rows with an expiry are looked at
+        (for those expired and not swept yet), as SQLite counts them off a partial index."""
         database = self._db()
         now = self._clock()
         expired = 0
