@@ -76,8 +76,14 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(params=sorted(backends.BACKENDS))
 def backend(request: pytest.FixtureRequest) -> backends.Backend:
-    """Each backend in turn (for tests of the storage layer itself, which choose their own)."""
-    return backends.BACKENDS[request.param]
+    """Each backend in turn (for tests of the storage layer itself, which choose their own),
+    but those a test's ``across_processes`` or ``migrates`` marker rules out."""
+    chosen = backends.BACKENDS[request.param]
+    if request.node.get_closest_marker("across_processes") and not chosen.shared:
+        pytest.skip(f"a {chosen.name} database lives in one process: no other reaches it")
+    if request.node.get_closest_marker("migrates") and not chosen.migrated:
+        pytest.skip(f"a {chosen.name} database has no older schema to migrate from")
+    return chosen
 
 
 @pytest.fixture

@@ -160,6 +160,7 @@ async def _make_v3_database(backend: backends.Backend, path: Path, scope: Scope)
 
 @pytest.mark.backend_independent
 @pytest.mark.anyio
+@pytest.mark.migrates
 async def test_the_migration_keeps_the_keys_and_drops_their_foreign_key(
     backend: backends.Backend, tmp_path: Path
 ) -> None:

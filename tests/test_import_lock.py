@@ -59,6 +59,7 @@ def an_export(workdir: Path, backend: Backend) -> tuple[Path, str]:
     return path, ref
 
 
+@pytest.mark.across_processes
 def test_an_import_is_refused_while_a_sidecar_serves_the_database(
     workdir: Path, backend: Backend
 ) -> None:
@@ -154,6 +155,7 @@ def test_a_sidecar_does_not_start_while_an_import_holds_the_postgresql_database(
         assert c.call("sidecar.health")["status"] == "ok"
 
 
+@pytest.mark.across_processes
 def test_an_import_into_a_database_with_runs_under_another_key_is_refused(
     workdir: Path, backend: Backend
 ) -> None:

@@ -74,6 +74,7 @@ def assert_one_clean_line(err: str, *secrets: str) -> None:
         assert needle not in err, err
 
 
+@pytest.mark.across_processes
 def test_an_import_redacts_host_tenant_and_credential_secrets(
     workdir: Path, backend: Backend
 ) -> None:

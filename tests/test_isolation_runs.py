@@ -247,6 +247,7 @@ def test_a_run_id_taken_by_another_tenant_first_neither_blocks_nor_tells(workdir
 
 @pytest.mark.anyio
 @pytest.mark.backend_independent  # it runs on each backend already
+@pytest.mark.migrates
 async def test_a_database_with_runs_of_the_old_schema_migrates(
     backend: Backend, tmp_path: Path
 ) -> None:

@@ -200,6 +200,7 @@ async def _make_v1_database(backend: Backend, path: Path) -> None:
     )
 
 
+@pytest.mark.migrates
 async def test_a_version_1_database_migrates(backend: Backend, tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     await _make_v1_database(backend, path)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from openwop_memory.config import Settings
 from openwop_memory.storage.base import StorageStartupError
+from openwop_memory.storage.memory.backend import MemoryStorage
 from openwop_memory.storage.registry import SCHEMES, create_storage, factory_for, scheme_of
 from openwop_memory.storage.sqlite.backend import SqliteStorage
 
@@ -31,6 +32,29 @@ def test_sqlite_url_makes_a_sqlite_store_with_the_group_settings(tmp_path: Path)
     assert store.read_connections == 3
 
 
+@pytest.mark.anyio
+async def test_memory_url_makes_a_store_of_that_name_shared_in_the_process() -> None:
+    """``memory://NAME`` is a database of this process: two stores of one name see the same
+    data, another name is another database, and ``memory://`` names none."""
+    settings = Settings.model_validate({"database": "memory://registry-test"})
+    first = create_storage(settings.database, settings, create=True)
+    again = create_storage("memory://registry-test", settings, create=False)
+    other = create_storage("memory://registry-test-other", settings, create=True)
+    assert isinstance(first, MemoryStorage) and first.name == "registry-test"
+    for store in (first, again, other):
+        await store.open()
+    try:
+        assert await first.ref_key() == await again.ref_key() != await other.ref_key()
+    finally:
+        for store in (first, again, other):
+            await store.close()
+    missing = create_storage("memory://never-made", settings, create=False)
+    with pytest.raises(StorageStartupError, match="no in-memory database"):
+        await missing.open()
+    with pytest.raises(StorageStartupError, match="needs a name"):
+        create_storage("memory://", settings, create=True)
+
+
 def test_only_the_configured_backend_is_imported() -> None:
     """A SQLite sidecar never imports the PostgreSQL driver (an optional extra)."""
     code = (
@@ -44,7 +68,7 @@ def test_only_the_configured_backend_is_imported() -> None:
         "assert 'asyncpg' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-    assert "postgresql" in SCHEMES
+    assert "postgresql" in SCHEMES and "memory" in SCHEMES
 
 
 @pytest.mark.parametrize("url", ["mysql://x/y", "sqlite:/no-slashes", "", "memory.db"])
@@ -82,12 +106,13 @@ def test_backends_are_imported_lazily() -> None:
     )
     before, added, drivers = map(ast.literal_eval, result.stdout.splitlines())
     settings_only = {f"openwop_memory.storage.{b}{m}" for b in SCHEMES for m in ("", ".settings")}
-    assert {m for m in before if "sqlite" in m or "postgresql" in m} <= settings_only, before
+    backends = [f"openwop_memory.storage.{scheme}" for scheme in SCHEMES]
+    assert {m for m in before if m.startswith(tuple(backends))} <= settings_only, before
     assert {
         "openwop_memory.storage.sqlite.backend",
         "openwop_memory.storage.sqlite.factory",
     } <= set(added)
-    assert not [m for m in added if "postgresql" in m], added
+    assert not [m for m in added if "postgresql" in m or ".memory." in m], added
     assert drivers == []
 
 

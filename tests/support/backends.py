@@ -3,7 +3,8 @@
 Adding a backend to :data:`BACKENDS` runs the storage contract suite against it; choosing it
 with ``pytest --backend NAME`` runs every end-to-end test (every :class:`~support.sidecar.Sidecar`)
 against it. Tests keep naming their databases by a path in their work directory; a backend
-maps that path to a database of its own (SQLite: the file itself).
+maps that path to a database of its own (SQLite: the file itself; memory: the in-memory
+database of this process named after it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ class Backend:
     name: str
     url_for: Callable[[Path], str]
     """The database URL of the database a test calls ``path`` (the same one every time)."""
+    shared: bool = True
+    """Its databases are reached from other processes too (a sidecar's, a CLI's); false for
+    the in-memory backend, whose databases live in one process (tests marked
+    ``across_processes`` skip it)."""
+    migrated: bool = True
+    """Its databases have a schema with numbered migrations (tests marked ``migrates``, which
+    build a database of an older schema, skip a backend without)."""
 
     def storage(self, path: Path, **group: object) -> Storage:
         """A new, unopened store on the database ``path``, with ``group`` as its backend
@@ -35,6 +43,12 @@ class Backend:
 
 def _sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
+
+
+def _memory_url(path: Path) -> str:
+    """The in-memory database named after the path: the same one every time in this process
+    (a sidecar is another process, with a database of its own)."""
+    return f"memory://{path}"
 
 
 class _PostgresDatabases:
@@ -74,6 +88,7 @@ POSTGRES = _PostgresDatabases()
 BACKENDS: dict[str, Backend] = {
     "sqlite": Backend("sqlite", _sqlite_url),
     "postgresql": Backend("postgresql", POSTGRES.url_for),
+    "memory": Backend("memory", _memory_url, shared=False, migrated=False),
 }
 
 _selected = "sqlite"

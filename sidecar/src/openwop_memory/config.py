@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from .setting_types import UNITS, Seconds, SecondsOrOff, duration
+from .storage.memory.settings import MemorySettings
 from .storage.postgresql.settings import PostgresqlSettings
 from .storage.registry import BACKENDS, SCHEMES
 from .storage.sqlite.settings import SqliteSettings
@@ -168,6 +169,10 @@ class Settings(BaseModel):
     )
     postgresql: PostgresqlSettings = Field(
         PostgresqlSettings(), description="PostgreSQL backend settings ([postgresql] in TOML)"
+    )
+    memory: MemorySettings = Field(
+        MemorySettings(),
+        description="in-memory backend settings ([memory] in TOML; it has none to set)",
     )
     max_open_runs: int = Field(
         10_000,

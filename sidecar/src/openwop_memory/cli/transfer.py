@@ -10,6 +10,8 @@ database's serve lock exclusive, so it is refused while one does; one that fails
 the SQLite database it created (never one that was there). It applies to
 each entry what a put into it applies, under the same settings (``secrets_dir``,
 ``redaction``, ``credential_patterns``, ``max_entry_size_bytes``, from the same sources).
+A ``memory://`` database is refused: it lives in the process that serves it, which these
+commands, in a process of their own, cannot reach.
 
 Exit codes: 0 done, 1 it could not (the message says why).
 """
@@ -74,8 +76,15 @@ async def _run(args: argparse.Namespace, settings: Settings) -> str:
 
     from ..service.transfer import TransferError
     from ..storage.base import StorageStartupError
-    from ..storage.registry import create_storage
+    from ..storage.registry import create_storage, scheme_of
 
+    if scheme_of(settings.database) == "memory":
+        # This command runs in a process of its own: it would read or fill an empty
+        # database of its own, which goes when it exits.
+        raise _Failed(
+            "a memory:// database lives only in the process that serves it; "
+            f"{args.command} cannot reach it from another"
+        )
     try:
         storage = create_storage(settings.database, settings, create=settings.create_database)
     except StorageStartupError as exc:

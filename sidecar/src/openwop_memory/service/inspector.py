@@ -174,7 +174,7 @@ class Inspector:
 
         :raises ValidationError: ``path`` is not absolute, exists, or its directory does
             not or is on a file system read-only for this process; or the backend has no
-            such backup (PostgreSQL: use its own tools).
+            such backup (PostgreSQL: use its own tools; an in-memory database has no file).
         :raises UpstreamUnavailableError: the copy failed or did not pass its check.
         """
         if not os.path.isabs(path):
@@ -194,7 +194,8 @@ class Inspector:
         if not isinstance(self._storage, FileBackup):
             raise ValidationError(
                 "backup copies a SQLite database; back up PostgreSQL with its own tools "
-                "(pg_dump, or your provider's snapshots)",
+                "(pg_dump, or your provider's snapshots); an in-memory database "
+                "(memory://) has no file and goes with the sidecar's process",
                 {"field": "path"},
             )
         started = time.monotonic()

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from .base import Storage, StorageStartupError
+from .memory.settings import MemorySettings
 from .postgresql.settings import PostgresqlSettings
 from .sqlite.settings import SqliteSettings
 
@@ -35,6 +36,8 @@ class Backend(NamedTuple):
 BACKENDS: dict[str, Backend] = {
     "sqlite": Backend(SqliteSettings, ".sqlite.factory:create"),
     "postgresql": Backend(PostgresqlSettings, ".postgresql.factory:create"),
+    # In this process's memory only (tests, in-process services): see storage/memory/.
+    "memory": Backend(MemorySettings, ".memory.factory:create"),
 }
 
 SCHEMES: tuple[str, ...] = tuple(BACKENDS)
