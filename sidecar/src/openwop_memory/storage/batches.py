@@ -20,9 +20,10 @@ SWEEP_STEPS: tuple[str, ...] = (
     "purged_runs",
     "purged_tombstones",
 )
-"""The sweep's steps, each a field of :class:`SweepCounts`, in the order they run: runs
-whose retention ended drop their snapshots before the tombstones those snapshots held are
-weighed, so one pass removes both."""
+"""The sweep's steps, each a field of :class:`SweepCounts`, in the order they run: the
+idempotency keys past retention go, and runs past it drop their snapshots, before the
+tombstones those keys pinned and those snapshots held are weighed, so one pass removes
+them all."""
 
 SweepBatch = Callable[[], Awaitable[int | None]]
 """One batch of a sweep step, a transaction of its own: how many rows it removed, or None

@@ -35,8 +35,7 @@ import bisect
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import cast
 
-import anyio.lowlevel
-from openwop_memory_client import MemoryServiceError, UpstreamUnavailableError
+from openwop_memory_client import UpstreamUnavailableError
 
 from ...domain import NOT_NOW, NotNow, SweepHorizons
 from ...timefmt import now_us as wall_clock_us
@@ -67,10 +66,11 @@ from ..base import (
     SweepCounts,
     VectorRow,
 )
+from ..batches import SweepBatch, sweep_steps, until_short
 from . import database as registry
 from . import writes
 from .database import Database
-from .maintenance import SWEEP_STEPS, forget_batch, import_entries
+from .maintenance import STEPS, Step, forget_batch, import_entries
 from .queries import considered, keyword_candidates, newest_first
 
 SCHEMA_VERSION = 1
@@ -395,28 +395,20 @@ class MemoryStorage:
     # -- maintenance -------------------------------------------------------------------
 
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
-        counts = SweepCounts()
-        for name, step in SWEEP_STEPS:
-            while True:
-                try:
-                    removed = step(self._write(), horizons, batch_size)
-                except MemoryServiceError as exc:
-                    counts.errors.append(f"{name}: {exc.details.get('reason', exc.code)}")
-                    break
-                setattr(counts, name, getattr(counts, name) + removed)
-                if removed < batch_size:
-                    break
-                await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
-        return counts
+        def batch(step: Step) -> SweepBatch:
+            async def run() -> int | None:
+                return step(self._write(), horizons, batch_size)
+
+            return run
+
+        return await sweep_steps({name: batch(step) for name, step in STEPS.items()}, batch_size)
 
     async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
-        total = 0
-        while True:
+        async def batch() -> tuple[int, int]:
             removed = forget_batch(self._write(), tenant, tag, batch_size)
-            total += removed
-            if removed < batch_size:
-                return total
-            await anyio.lowlevel.checkpoint()  # let queued client writes in between batches
+            return removed, removed
+
+        return await until_short(batch, batch_size)
 
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         runs = [

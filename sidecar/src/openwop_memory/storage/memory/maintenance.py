@@ -124,16 +124,16 @@ def purge_tombstones(database: Database, horizons: SweepHorizons, batch: int) ->
     return len(doomed)
 
 
-SWEEP_STEPS: list[tuple[str, Step]] = [
-    ("expired_entries", expire_entries),
-    ("purged_changes", purge_changes),
-    ("purged_idempotency_keys", purge_keys),
-    ("expired_runs", expire_runs),
-    ("purged_runs", purge_markers),
-    ("purged_tombstones", purge_tombstones),
-]
-"""The sweep's steps in SQLite's order (named by their :class:`SweepCounts` field): keys
-go before tombstones, so a tombstone a purged key pinned can go in the same sweep."""
+STEPS: dict[str, Step] = {
+    "expired_entries": expire_entries,
+    "purged_changes": purge_changes,
+    "purged_idempotency_keys": purge_keys,
+    "expired_runs": expire_runs,
+    "purged_runs": purge_markers,
+    "purged_tombstones": purge_tombstones,
+}
+"""The sweep's steps by their :class:`SweepCounts` field; ``storage/batches.py`` runs them
+in their order."""
 
 
 def forget_batch(database: Database, tenant: str, tag: str, batch: int) -> int:
