@@ -365,6 +365,56 @@ def test_snapshots_takes_run_or_call(shared_sidecar: Sidecar) -> None:
         OpenWopStore(str(shared_sidecar.socket), tenant="t", snapshots="never")  # type: ignore[arg-type]
 
 
+# -- 1c. one connection per store, its refs issued once -------------------------------------
+
+
+def test_a_store_keeps_one_connection_for_all_its_calls(shared_sidecar: Sidecar) -> None:
+    """Sync calls, and async ones from loops of their own, all go over the store's one
+    connection (the sidecar accepts one), and work again after ``close``."""
+    s = store(shared_sidecar)
+    with shared_sidecar.client() as stats:
+        before = stats.call("sidecar.stats")["connections"]["accepted"]
+        for n in range(5):
+            s.put(("ns",), f"k{n}", {"v": n})
+            anyio.run(s.aget, ("ns",), f"k{n}")
+        assert len(s.search(("ns",))) == 5
+        assert stats.call("sidecar.stats")["connections"]["accepted"] == before + 1
+        s.close()
+        item = s.get(("ns",), "k0")
+        assert item is not None and item.value == {"v": 0}
+        assert stats.call("sidecar.stats")["connections"]["accepted"] == before + 2
+    s.close()
+
+
+def test_a_store_issues_its_refs_again_after_reconnecting(tmp_path: Path) -> None:
+    """Another sidecar, on another database, takes over the socket: the store's next call
+    reconnects and issues its refs there (the old ones would resolve to nothing)."""
+    socket_path = tmp_path / "s.sock"
+    first = Sidecar(tmp_path, socket_path=socket_path, database=tmp_path / "one.db")
+    with first:
+        s = OpenWopStore(str(socket_path), tenant="lg-moved")
+        s.put(("ns",), "k", {"v": "first"})
+    second = Sidecar(tmp_path, socket_path=socket_path, database=tmp_path / "two.db")
+    with second:
+        OpenWopStore(str(socket_path), tenant="lg-moved", snapshots="call").put(
+            ("ns",), "k", {"v": "second"}
+        )
+        item = s.get(("ns",), "k")
+        assert item is not None and item.value == {"v": "second"}
+    s.close()
+
+
+def test_a_sync_call_from_the_store_s_own_loop_is_refused(shared_sidecar: Sidecar) -> None:
+    s = store(shared_sidecar)
+
+    async def inside(client: Any) -> None:
+        with pytest.raises(RuntimeError, match="own loop"):
+            s.batch([GetOp(("ns",), "k")])
+
+    s._channel.run(inside)
+    s.close()
+
+
 # -- 2. puts compare-and-set on the key's revision --------------------------------------------
 
 

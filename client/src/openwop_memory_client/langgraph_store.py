@@ -62,6 +62,7 @@ from ._async_run import AsyncMemoryRun
 from ._entry import KeyedEntry, MemoryEntry, Revision
 from ._errors import ConflictError, OpenWopMemoryError
 from ._langgraph_runs import Key, Put, RunWrites, Written, current_run_id
+from ._store_channel import Channel
 
 REGISTRY = "langgraph.namespaces"  # a scope name no namespace's JSON spelling can be
 _SCAN = 1000  # entries per page, and a query search's per-namespace cap (the sidecar's maximum)
@@ -145,23 +146,48 @@ class OpenWopStore(BaseStore):
         self.ttl_config = ttl
         self._per_run = snapshots == "run"
         self._run_writes = RunWrites()
+        self._channel = Channel(socket_path)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """:meth:`abatch` on an event loop of its own (not from inside a running loop)."""
+        """:meth:`abatch`, waited for in this thread (from inside a running loop, use
+        :meth:`abatch`: this would hold the loop meanwhile)."""
         ops = list(ops)
-        return anyio.run(self.abatch, ops)
+        graph_run = self._graph_run(ops)
+        return self._channel.run(lambda client: self._batch(client, ops, graph_run))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in the OpenWOP run of the LangGraph run they are made in (or in one
         of their own): every read sees the run's snapshot and the run's writes before this
         call, none of this call's; then the last put per (namespace, key) is applied, then
-        the TTLs of the items read with ``refresh_ttl`` are refreshed."""
+        the TTLs of the items read with ``refresh_ttl`` are refreshed. The work is done on
+        the store's own connection (``_store_channel.py``).
+
+        :raises TypeError: a value does not serialise as JSON (nothing was sent).
+        """
         ops = list(ops)
+        graph_run = self._graph_run(ops)
+        return await self._channel.arun(lambda client: self._batch(client, ops, graph_run))
+
+    def close(self) -> None:
+        """Close the store's connection and stop its thread (a later call opens them again).
+        Not needed before the process exits: the thread is a daemon."""
+        self._channel.close()
+
+    def _graph_run(self, ops: list[Op]) -> str | None:
+        """Check the values, then name the LangGraph run the caller is in (read here, in
+        the caller's context: the store's own loop has none).
+
+        :raises TypeError: a value does not serialise as JSON.
+        """
+        _check_values(_last_writes(ops).values())
+        return current_run_id() if self._per_run else None
+
+    async def _batch(
+        self, client: AsyncMemoryClient, ops: list[Op], graph_run: str | None
+    ) -> list[Result]:
         writes = _last_writes(ops)
-        _check_values(writes.values())
-        graph_run = current_run_id() if self._per_run else None
         own = None if graph_run is None else self._run_writes.of(graph_run)
-        async with AsyncMemoryClient(self._socket) as client, contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:
             scopes = _Scopes(client, self._tenant, self._agent, own or {})
             # A known run id is begun again on its original snapshot (a resume, a replay).
             run_id = graph_run or f"langgraph-{uuid.uuid4()}"
