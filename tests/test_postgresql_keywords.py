@@ -179,8 +179,8 @@ async def test_an_import_indexes_what_it_wrote(store: PostgresqlStorage, tmp_pat
 async def test_the_background_leaves_deleted_rows_to_the_searches_that_see_them(
     tmp_path: Path,
 ) -> None:
-    """A deleted row is the sweep's to remove: the background never takes (and locks) it,
-    and a search at a snapshot from before the delete indexes it and finds it."""
+    """A deleted row, or one with an expiry, is a sweep's to remove: the background never
+    takes (and locks) it, and a search at a snapshot that sees it indexes it and finds it."""
     path = tmp_path / "deleted"
     store = await opened(path, background=True)
     try:
@@ -191,9 +191,14 @@ async def test_the_background_leaves_deleted_rows_to_the_searches_that_see_them(
         assert await store.delete(scope=SCOPE, entry_id=gone.id, now_us=now_us())
         quiet.enabled = True
         await stored(store, put_request(SCOPE, "a live walrus"))
+        later = now_us() + 3_600_000_000
+        expiring = await stored(store, put_request(SCOPE, "an hour's walrus", expires_us=later))
         await quiet.everything()
-        assert unindexed(path) == 1  # the deleted row
+        assert unindexed(path) == 2  # the deleted row and the expiring one
         assert [row.id for row in await search(store, before, "deleted")] == [gone.id]
+        assert unindexed(path) == 1
+        now = await fresh_snapshot(store, SCOPE.tenant)
+        assert [row.id for row in await search(store, now, "hour")] == [expiring.id]
         assert unindexed(path) == 0
     finally:
         await store.close()

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..catch_up import CatchUp
-from .schema import DB_NOW_US, SEARCH_CONFIG
+from .schema import SEARCH_CONFIG
 
 Op = Callable[[Any, list[Callable[[], None]]], Awaitable[int]]
 Write = Callable[[Op], Awaitable[int]]
@@ -34,13 +34,13 @@ BATCH = 64
 SCOPE_BATCH = 512
 """Rows a search indexes in one transaction of its catch-up (it waits for all of them)."""
 
-# Live rows only: the rows a sweep removes (deleted, expired) are left to the searches at
-# snapshots that still see them, so the background never holds a row the sweep is about to
-# take (the sweep passes over locked rows, and would leave it for its next pass).
+# Only rows no sweep can take (not deleted, no expiry): the others are left to the searches
+# at snapshots that see them, so the background never holds a row a sweep wants (the sweep
+# passes over locked rows, and would leave one for its next pass; its time is the caller's,
+# not the database's, so "not expired yet" is no safe test here).
 _ANY_PENDING = (
     "SELECT scope_pk, seq, content FROM entries WHERE search IS NULL AND deleted_seq IS NULL"
-    f" AND (expires_us IS NULL OR expires_us > {DB_NOW_US})"
-    " ORDER BY scope_pk, seq LIMIT $1 FOR UPDATE SKIP LOCKED"
+    " AND expires_us IS NULL ORDER BY scope_pk, seq LIMIT $1 FOR UPDATE SKIP LOCKED"
 )
 # Not SKIP LOCKED: a row another transaction is indexing must be waited for (it commits its
 # vector, and the re-check of ``search IS NULL`` then passes over it), or the search would
