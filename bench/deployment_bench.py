@@ -2,7 +2,7 @@
 sidecar's CPU per request under a short mixed load (tests/support/deploy_measure.py), each
 against the figure systemd/, kubernetes/ and the Dockerfile quote (within 2x: a target of
 this report, not a gate of the test suite, where a busy machine made it fail). The memory
-figures stay checked by tests/test_deployment.py (memory does not wait for a CPU).
+figures stay checked by tests/deploy/test_deployment.py (memory does not wait for a CPU).
 """
 
 from __future__ import annotations

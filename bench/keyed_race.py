@@ -1,6 +1,6 @@
 """32 writers racing on one key by compare-and-set for 10 s (issue 24): 0 lost updates.
 
-Not in the gating suite (tests/test_keyed.py races for 1.5 s). Run it with
+Not in the gating suite (tests/e2e/test_keyed.py races for 1.5 s). Run it with
 ``.venv/bin/python bench/keyed_race.py [--seconds 10] [--backend sqlite|postgresql]``;
 it prints one table row and exits 1 if an acknowledged revision is missing from the
 history or a refusal was not a ``conflict`` (the race asserts both).
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
 from support import backends
 from support.protocol import issue

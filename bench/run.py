@@ -24,8 +24,10 @@ from typing import Any, Literal
 if not __package__:
     # Run as a script, sys.path[0] is bench/ itself; the suites import each other as bench.*.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# The throwaway PostgreSQL server is the tests' (tests/support/postgres.py).
+# The throwaway PostgreSQL server is the tests' (tests/support/postgres.py); the deployment
+# figures are measured as tests/deploy/test_deployment.py measures them.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "deploy"))
 
 import orjson
 

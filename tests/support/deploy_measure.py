@@ -1,5 +1,5 @@
 """What the deployment pages' figures are measured from: the health probe's cost and the
-sidecar's CPU and memory under a short mixed load. Shared by tests/test_deployment.py (its
+sidecar's CPU and memory under a short mixed load. Shared by tests/deploy/test_deployment.py (its
 memory checks, and the manifests' probes) and ``make bench``'s deployment suite (the CPU and
 wall-time figures the pages quote, a report: no timing is gated in the test suite).
 """

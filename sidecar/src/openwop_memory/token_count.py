@@ -4,7 +4,7 @@
 estimate rather than a tokenizer: a real tokenizer's vocabulary is megabytes to load and
 the exact count differs between models anyway. The estimate is meant to be an upper bound
 in practice: on English text it is never more than 10 % below ``cl100k_base`` or
-``o200k_base`` (``tests/test_token_estimate.py`` measures it against both, on the
+``o200k_base`` (``tests/unit/test_token_estimate.py`` measures it against both, on the
 paragraphs of Python's own reference documentation), and on English prose it sits on
 average about a quarter above them. It counts:
 

@@ -10,7 +10,7 @@ before the value) report just the value, the regex group named ``secret``.
 The formats are :data:`PATTERNS`, one entry each: the name the marker shows, the literal
 anchors (one of them occurs in every match) and the regex of the whole shape, with a
 comment where a vendor's format needs one. A new format is a new entry there, and cases
-for it in ``tests/test_credential_patterns.py``.
+for it in ``tests/unit/test_credential_patterns.py``.
 
 Cost: every text costs one Aho-Corasick pass (two SIMD-prefiltered automata, for anchors
 of at least four characters and for shorter ones) over the literal ``anchors`` of all

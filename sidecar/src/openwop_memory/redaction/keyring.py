@@ -131,7 +131,7 @@ def _char_offsets(data: bytes, positions: set[int]) -> dict[int, int]:
     return out
 
 
-# What a compiled keyring holds, by measurement (tests/test_keyring_memory.py): a fixed
+# What a compiled keyring holds, by measurement (tests/e2e/test_keyring_memory.py): a fixed
 # part, then per secret its form needles' automaton states and objects, its strings (the
 # value, reversed and rot13 copies, their skeletons), and per fragment key ~8 automaton
 # states (~18 bytes each in a ContiguousNFA) plus its array slots and the growing of its
@@ -152,7 +152,7 @@ def estimate_bytes(ids_by_value: Mapping[str, str]) -> int:
     Calibrated against the resident memory that compiled keyrings add to a process (the
     automata live outside the Python heap, where ``tracemalloc`` sees a fifth to a third of
     it): 0.85 to 1.35 times it from 2 secrets of 40 characters to 256 of 256, and an
-    over-estimate (1.6 times) for 256 secrets of 4,096. ``tests/test_keyring_memory.py``
+    over-estimate (1.6 times) for 256 secrets of 4,096. ``tests/e2e/test_keyring_memory.py``
     holds it to 0.6 to 1.5 times.
     """
     total = _FIXED_BYTES

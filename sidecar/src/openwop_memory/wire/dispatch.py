@@ -13,8 +13,8 @@ used, reading ``_value``/``_error`` and oslash's ``Left``) and 0.8 µs written h
 a floor of 0.6 µs for parsing and writing the line alone; importing its package also
 imports jsonschema: +70 ms of start-up and +15 MiB resident. A sidecar get costs tens of
 µs of CPU in all, so the public API would add about half again; the envelope rules
-(docs/PROTOCOL.md) are a few dozen lines, owned here, pinned by tests/test_protocol.py
-and tests/test_wire_fuzz.py. Every error is written as PROTOCOL.md's envelope.
+(docs/PROTOCOL.md) are a few dozen lines, owned here, pinned by tests/e2e/test_protocol.py
+and tests/e2e/test_wire_fuzz.py. Every error is written as PROTOCOL.md's envelope.
 Every request's outcome is counted for ``sidecar.stats``; :mod:`.access_log` decides
 whether it also gets a (content-free) log line.
 """

@@ -15,7 +15,7 @@ the package's own modules are never imported (their import configures the root l
 The text is embedded as its words, split on whitespace: each word is tokenized once (a
 cache keeps the token ids of recent words), which is what makes a put cheap. For text
 whose words are separated by single spaces this is exactly WordLlama's embedding of it
-(``tests/test_semantic.py`` checks it); a run of whitespace counts as one space.
+(``tests/storage/test_semantic.py`` checks it); a run of whitespace counts as one space.
 
 **Vectors** are stored as :data:`VECTOR_BYTES` signed bytes: the unit vector scaled so
 that its largest component is 127, then rounded. Similarity is the cosine of two such

@@ -14,7 +14,7 @@ Written here rather than taken from a library because no library stems as FTS5 d
 snowballstemmer's ``porter`` (the nearest) gives another stem for 5 of the 6,474 distinct
 words of this repository, ``possibly`` among them (``possibli``, where FTS5 has
 ``possibl``), and a different stem would rank the in-memory backend's searches apart from
-SQLite's. ``tests/test_memory_keywords.py`` checks every such word against FTS5 itself.
+SQLite's. ``tests/unit/test_memory_keywords.py`` checks every such word against FTS5 itself.
 """
 
 from __future__ import annotations
