@@ -29,6 +29,7 @@ from openwop_memory.retrieval.encoders import (
 from openwop_memory.service.embedding import EmbeddingModel
 from support.names import uid
 from support.on_disk import query
+from support.polling import wait_for
 from support.protocol import listing, new_run, put
 from support.sidecar import Sidecar
 
@@ -215,8 +216,14 @@ def test_a_sidecar_set_to_it_stores_its_vectors_and_names_it(workdir: Path) -> N
         found = listing(client, new_run(client, tenant), ref, rank="relevance", query="puppy")
         assert [e["content"] for e in found][:1] == ["I adopted a puppy last week."]
         if sidecar.backend.name == "sqlite":
+
+            def widths() -> list[int]:
+                rows = query(sidecar.database, "SELECT embedding FROM entries ORDER BY seq")
+                return [len(row[0]) for row in rows]
+
+            # The vectors are stored after the puts' commits (a pending one until then).
+            wait_for(lambda: widths() == [384, 384], 10, "both vectors stored")
             stored = query(sidecar.database, "SELECT embedding FROM entries ORDER BY seq")
-            assert [len(row[0]) for row in stored] == [384, 384]
             want = encoder().embed(["I adopted a puppy last week."])[0].tobytes()
             assert bytes(stored[0][0]) == want  # the sidecar's vector is this encoder's
 
