@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..storage.base import Embed, EntryRow, ListFilter, Scope, Snapshot, Storage
+from ..storage.base import Embed, EntryRow, ListFilter, Scope, Snapshot, WorkerPath
 from .fusion import LIGHT_WEIGHTS, Weights, coverage, fuse, keyword_ceiling
 
 if TYPE_CHECKING:  # numpy comes with the search extra, which a query vector implies
@@ -47,7 +47,7 @@ class Search:
     """The relevance search of one storage, holding the vectors of the scopes it searched
     by meaning (loaded on the first such search: none before)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: WorkerPath) -> None:
         self._storage = storage
         self._vectors: VectorCache | None = None
 

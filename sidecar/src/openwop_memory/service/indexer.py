@@ -3,7 +3,7 @@
 A put with the embedding model stores :data:`~storage.base.PENDING_VECTOR` and is
 acknowledged once its row is durable; the put's entry is noted here, and :meth:`run`
 computes the vectors of what was noted, a batch at a time on a worker thread, and stores
-them (:meth:`~storage.base.Storage.set_vectors`). Nothing depends on it keeping up: a
+them (:meth:`~storage.base.WorkerPath.set_vectors`). Nothing depends on it keeping up: a
 search computes every pending vector of its scope itself, the same bytes the indexer
 would store, so rankings are the same at any moment, on any sidecar (a vector is a pure
 function of the redacted content). A note dropped (the backlog full, the process ended,
@@ -17,7 +17,7 @@ from collections import deque
 import anyio
 import structlog
 
-from ..storage.base import NO_VECTOR, Storage
+from ..storage.base import NO_VECTOR, WorkerPath
 from .embedding import EmbeddingModel
 
 log = structlog.get_logger("openwop_memory.indexer")
@@ -34,7 +34,7 @@ embedded and stored in a few batches, not one write transaction each."""
 class VectorIndexer:
     """Computes and stores the vectors of the entries :meth:`note` is given."""
 
-    def __init__(self, storage: Storage, embedding: EmbeddingModel) -> None:
+    def __init__(self, storage: WorkerPath, embedding: EmbeddingModel) -> None:
         self._storage = storage
         self._embedding = embedding
         self._backlog: deque[tuple[str, str]] = deque(maxlen=BACKLOG)

@@ -41,7 +41,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Annotated, Any, TypeVar
+from typing import IO, Annotated, Any, Protocol, TypeVar
 
 import orjson
 from openwop_memory_client import RateLimitedError, SecretLeakageError
@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
 from ..redaction import EMPTY_KEYRING, Keyring, PatternPolicy
-from ..storage.base import EntryRow, Scope, Storage, StoredEntry
+from ..storage.base import EntryRow, Lifecycle, OperatorAccess, Scope, StoredEntry
 from ..timefmt import format_us, now_us, parse_rfc3339
 from .embedding import EmbeddingModel
 from .keyring_cache import HostSecrets
@@ -199,7 +199,12 @@ class _Trailer(_Line):
     entries: int
 
 
-async def export_to(storage: Storage, out: IO[bytes]) -> Exported:
+class Transferable(Lifecycle, OperatorAccess, Protocol):
+    """What an export or an import asks of a store: its ref key and the operator's bulk
+    reads and writes, nothing of the worker path."""
+
+
+async def export_to(storage: Transferable, out: IO[bytes]) -> Exported:
     """Write the whole memory of ``storage`` to ``out`` (see the module).
 
     :raises UpstreamUnavailableError: the database failed.
@@ -279,7 +284,7 @@ def entries_of(source: IO[bytes]) -> Iterator[StoredEntry]:
 
 
 async def import_from(
-    storage: Storage,
+    storage: Transferable,
     source: IO[bytes],
     rules: ImportRules,
     embedding: EmbeddingModel | None = None,

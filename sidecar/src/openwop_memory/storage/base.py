@@ -434,8 +434,9 @@ class StorageGauges:
     batch_sizes: tuple[tuple[int | None, int], ...] | None = None
 
 
-class Storage(Protocol):
-    """A memory store with snapshot reads. Implementations: SQLite (PostgreSQL to come)."""
+class Lifecycle(Protocol):
+    """Opening, locking and closing a store, its clock and its memoryRef key: what every
+    user of a store needs, whichever role it uses."""
 
     def lock_at_open(self, *, exclusive: bool) -> None:
         """Have :meth:`open` take the database's serve lock, which :meth:`close` releases:
@@ -470,6 +471,11 @@ class Storage(Protocol):
 
     async def ref_key(self) -> bytes:
         """The MAC key for issued refs, created once per database and shared by all sidecars."""
+
+
+class WorkerPath(Protocol):
+    """What serving the workers' requests needs: runs and their snapshots, the reads and
+    writes of entries at a snapshot, the change feed, and the search primitives."""
 
     async def begin_run(
         self,
@@ -658,6 +664,10 @@ class Storage(Protocol):
     ) -> EntryRow | None:
         """The entry of ``scope`` with this id if visible to the snapshot, else ``None``."""
 
+
+class Maintenance(Protocol):
+    """The work the sweeper and an operator's forget do: removal in batches, content-free."""
+
     async def sweep(self, *, horizons: SweepHorizons, batch_size: int) -> SweepCounts:
         """Remove what the horizons allow, in batches of ``batch_size`` so writers never stall.
 
@@ -669,15 +679,6 @@ class Storage(Protocol):
         entry goes once no remaining snapshot can see it. A failing step is recorded in
         ``errors`` and the other steps still run.
         """
-
-    async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
-        """Up to ``limit`` stored runs, the most recently touched first (for operators)."""
-
-    async def list_scopes(self, *, tenant: str, now_us: int) -> Sequence[ScopeInfo]:
-        """Every scope of ``tenant`` with its live entries at ``now_us`` (for operators)."""
-
-    async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
-        """The entry with this id in any tenant, deleted or not (for operators)."""
 
     async def forget(self, *, tenant: str, tag: str, batch_size: int) -> int:
         """Physically remove every entry of ``tenant`` carrying ``tag``, in all its scopes,
@@ -691,6 +692,20 @@ class Storage(Protocol):
         transactions of at most ``batch_size`` entries, so writers never stall; an entry
         put with ``tag`` while it runs may survive it.
         """
+
+
+class OperatorAccess(Protocol):
+    """What an operator's commands need beyond a run: every run and scope, an entry by id
+    in any tenant, export and import."""
+
+    async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
+        """Up to ``limit`` stored runs, the most recently touched first (for operators)."""
+
+    async def list_scopes(self, *, tenant: str, now_us: int) -> Sequence[ScopeInfo]:
+        """Every scope of ``tenant`` with its live entries at ``now_us`` (for operators)."""
+
+    async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
+        """The entry with this id in any tenant, deleted or not (for operators)."""
 
     def export_entries(
         self, *, now_us: int, batch_size: int
@@ -717,6 +732,10 @@ class Storage(Protocol):
         ``entries``, is skipped. Returns how many were stored. A later put's createdAt is
         never below an imported one (for operators: import)."""
 
+
+class Observability(Protocol):
+    """What the metrics and the health probe read: sizes, counts, the backend's state."""
+
     async def gauges(self) -> StorageGauges:
         """Sizes and commit counts for the metrics; cheap (no table scan)."""
 
@@ -726,6 +745,14 @@ class Storage(Protocol):
         Its ``problems`` name what makes the backend degraded right now (none when it is
         ok), e.g. ``writes_failing`` until a write succeeds again.
         """
+
+
+class Storage(Lifecycle, WorkerPath, Maintenance, OperatorAccess, Observability, Protocol):
+    """A memory store with snapshot reads, in every role: what a backend implements
+    (SQLite, PostgreSQL, the in-memory one), with :class:`ReadsNow` and :class:`FileBackup`
+    where it can. A user of one role takes that role's type (``Search`` a
+    :class:`WorkerPath`, an import or export a :class:`Lifecycle` and
+    :class:`OperatorAccess`), so what it may call is what it needs."""
 
 
 @runtime_checkable
