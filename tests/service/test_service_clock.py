@@ -1,12 +1,15 @@
-"""The service over a real SQLite file, in process, on a clock the test moves: expiry,
-replay retention, tombstones and runs as of a time, judged over days without sleeping.
+"""The service in process, on a clock the test moves: expiry, replay retention, snapshot
+isolation, tombstones and runs as of a time, judged over days without sleeping.
 
-The layer below the wire: ``MemoryService`` as ``open_app`` builds it, on
-``SqliteStorage(clock=...)``; the sidecar process, socket and dispatch are other tests'.
+The layer below the wire: ``MemoryService`` as ``open_app`` builds it, once over a real
+SQLite file (``SqliteStorage(clock=...)``) and once over the in-memory backend
+(``MemoryStorage(clock=...)``: no file, no writer thread, so a rule spanning days is judged in
+milliseconds); the sidecar process, socket and dispatch are other tests'.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,8 @@ import orjson
 import pytest
 from openwop_memory.service.memory import MemoryService, ServiceConfig
 from openwop_memory.service.refs import RefCodec
+from openwop_memory.storage.base import Storage
+from openwop_memory.storage.memory.backend import MemoryStorage
 from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.timefmt import format_us
 from openwop_memory_client import ForbiddenError, ReplaySnapshotUnavailableError
@@ -27,7 +32,6 @@ from openwop_memory_client.wire import (
     RunEndParams,
 )
 from support.clock import ManualClock
-from support.on_disk import query
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 
@@ -37,10 +41,10 @@ RETENTION_DAYS = 7
 
 
 class Memory:
-    """The service, its clock and its database file."""
+    """The service, its clock and its store."""
 
-    def __init__(self, service: MemoryService, clock: ManualClock, path: Path) -> None:
-        self.service, self.clock, self.path = service, clock, path
+    def __init__(self, service: MemoryService, clock: ManualClock, store: Storage) -> None:
+        self.service, self.clock, self.store = service, clock, store
 
     def ref(self) -> str:
         params = IssueRefParams(tenant="tenant", agent="agent")
@@ -63,23 +67,26 @@ class Memory:
         counts = await self.service.sweep(batch_size=100)
         assert counts.errors == []
 
-    def rows(self) -> int:
-        [(count,)] = query(self.path, "SELECT count(*) FROM entries")
-        return int(count)
+    async def stored(self, entry_id: str) -> bool:
+        """Whether the store still holds the entry at all (deleted, expired or not)."""
+        return await self.store.find_entry(entry_id=entry_id) is not None
 
 
-@pytest.fixture
-async def memory(tmp_path: Path) -> AsyncIterator[Memory]:
+@pytest.fixture(params=["sqlite", "memory"])
+async def memory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Memory]:
     clock = ManualClock()
-    path = tmp_path / "memory.db"
-    storage = SqliteStorage(str(path), clock=clock)
+    storage: Storage
+    if request.param == "sqlite":
+        storage = SqliteStorage(str(tmp_path / "memory.db"), clock=clock)
+    else:
+        storage = MemoryStorage(f"service-{uuid.uuid4().hex}", clock=clock)
     await storage.open()
     try:
         config = ServiceConfig(replay_retention_us=RETENTION_DAYS * int(DAY) * 1_000_000)
         service = MemoryService(storage, RefCodec(await storage.ref_key()), config)
-        yield Memory(service, clock, path)
+        yield Memory(service, clock, storage)
     finally:
-        await storage.close()
+        await storage.discard()  # made here: the file, or the process's database, goes
 
 
 async def test_an_entry_expires_at_its_time_and_the_sweep_erases_it(memory: Memory) -> None:
@@ -93,9 +100,10 @@ async def test_an_entry_expires_at_its_time_and_the_sweep_erases_it(memory: Memo
     assert await memory.ids("before", ref) == [kept, brief]
     memory.clock.advance(2)
     assert await memory.ids("before", ref) == [kept]  # judged at the call, by the clock
-    assert memory.rows() == 2
+    assert await memory.stored(brief), "hidden, not erased yet"
     await memory.sweep()
-    assert memory.rows() == 1  # erased, not only hidden
+    assert not await memory.stored(brief)  # erased, not only hidden
+    assert await memory.stored(kept)
 
 
 async def test_a_run_is_replayable_until_its_retention_passes(memory: Memory) -> None:
@@ -137,10 +145,40 @@ async def test_a_deleted_entry_stays_for_runs_as_of_before_it_until_retention(
     memory.service.run_end(RunEndParams(runId="w"))
     memory.clock.advance(3 * DAY)
     await memory.sweep()
-    assert memory.rows() == 1
+    assert await memory.stored(doomed)
     memory.clock.advance(RETENTION_DAYS * DAY)
     await memory.sweep()
-    assert memory.rows() == 0  # no run holds it and the delete is past retention
+    assert not await memory.stored(doomed)  # no run holds it and the delete is past retention
     with pytest.raises(ReplaySnapshotUnavailableError) as old:
         await memory.begin("too-old", asOf=before)
     assert old.value.details["reason"] == "retention_expired"
+
+
+async def test_a_snapshot_holds_while_time_passes_then_goes_with_retention(
+    memory: Memory,
+) -> None:
+    """Snapshot isolation over days: a run begun before a write and a delete sees neither,
+    on every replay, until its retention has passed without a touch."""
+    ref = memory.ref()
+    await memory.begin("w")
+    first = await memory.put("w", ref, "first")
+    memory.clock.advance(1)
+    await memory.begin("old")
+    memory.clock.advance(DAY)
+    later = await memory.put("w", ref, "a day later")
+    assert await memory.service.delete(DeleteParams(runId="w", memoryRef=ref, id=first))
+    await memory.begin("new")
+    assert await memory.ids("new", ref) == [later]
+    memory.clock.advance((RETENTION_DAYS - 2) * DAY)
+    await memory.sweep()  # "old" is still within its retention: its view stays
+    assert (await memory.begin("old", replay=True))["resumed"] is True
+    assert await memory.ids("old", ref) == [first]
+    assert await memory.stored(first), "the tombstone stays while a snapshot sees it"
+    for run in ("old", "new", "w"):
+        memory.service.run_end(RunEndParams(runId=run))
+    memory.clock.advance(RETENTION_DAYS * DAY + 1)
+    await memory.sweep()
+    with pytest.raises(ReplaySnapshotUnavailableError) as gone:
+        await memory.begin("old", replay=True)
+    assert gone.value.details["reason"] == "retention_expired"
+    assert not await memory.stored(first), "no snapshot sees it any more: purged"

@@ -12,7 +12,7 @@ What it is for:
 
 - **In-process service tests**: ``MemoryService`` over ``MemoryStorage(clock=...)`` runs
   with a clock the test moves, without a file, a thread or a server
-  (``tests/service/test_service_memory_backend.py``).
+  (``tests/service/test_service_clock.py``).
 - **A litmus test of the contract.** It implements ``storage/base.py`` from its docstrings
   with no SQL at all, so every rule it has to copy from the SQL backends is a rule that
   lives in the backends rather than above them. Each such copy says so in a comment ("A
