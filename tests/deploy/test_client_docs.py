@@ -4,36 +4,16 @@ comments say they print."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support.examples import python_block
-from support.sidecar import Sidecar, unmeasured
+from support.examples import python_block, run_example
+from support.sidecar import Sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 # Each README, and the heading its example follows ("" for its first python block).
 EXAMPLES = {"README.md": "## A worker in Python", "client/README.md": ""}
-
-
-def run_example(code: str, sidecar: Sidecar, cwd: Path) -> list[str]:
-    """The lines ``code`` prints, run by this interpreter with the sidecar's socket in
-    ``OPENWOP_MEMORY_SOCKET``."""
-    env = unmeasured(os.environ) | {"OPENWOP_MEMORY_SOCKET": str(sidecar.socket)}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
 
 
 def test_the_readme_worker_runs_and_prints_what_it_says(sidecar: Sidecar, tmp_path: Path) -> None:
@@ -44,7 +24,7 @@ def test_the_readme_worker_runs_and_prints_what_it_says(sidecar: Sidecar, tmp_pa
     ]
     for line in expected:
         assert f"# {line}" in code, f"the README no longer says it prints {line!r}"
-    out = run_example(code, sidecar, tmp_path)
+    out = run_example(code, sidecar.socket, tmp_path)
     assert out[0] == expected[0]
     assert out[1].startswith("expires: ")
     assert out[2] == "own write visible: False"
@@ -56,7 +36,7 @@ def test_the_client_readme_runs_and_prints_what_it_says(sidecar: Sidecar, tmp_pa
     code = python_block(ROOT / "client" / "README.md")
     shown = '"/run/openwop-memory/memory.sock"'
     assert shown in code
-    out = run_example(code.replace(shown, repr(str(sidecar.socket))), sidecar, tmp_path)
+    out = run_example(code.replace(shown, repr(str(sidecar.socket))), sidecar.socket, tmp_path)
     assert "# the user prefers metric units" in code
     assert len(out) == 2 and out[1] == "the user prefers metric units"
     when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\+00:00"  # a datetime in UTC, printed

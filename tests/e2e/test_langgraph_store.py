@@ -7,9 +7,6 @@ results are compared."""
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,8 +35,8 @@ from openwop_memory_client import _langgraph_runs as lg_runs
 from openwop_memory_client import langgraph_store as lg
 from openwop_memory_client._langgraph_runs import current_run_id
 from openwop_memory_client.langgraph_store import OpenWopStore
-from support.examples import python_block
-from support.sidecar import Sidecar, unmeasured
+from support.examples import python_block, run_example, says_it_prints
+from support.sidecar import Sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,21 +149,9 @@ def test_the_docs_graph_runs_and_prints_what_it_says(
 ) -> None:
 
     code = python_block(ROOT / "docs" / "langgraph.md", after="## A small graph using the store")
-    env = {**unmeasured(os.environ), "OPENWOP_MEMORY_SOCKET": str(shared_sidecar.socket)}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    printed = done.stdout.splitlines()
+    printed = run_example(code, shared_sidecar.socket, tmp_path)
     assert printed == ["recalled: ['the key is [REDACTED:api]']", "namespaces: [('notes', 'ada')]"]
-    for line in printed:
-        assert f"# {line}" in code, f"docs/langgraph.md does not say it prints {line!r}"
+    says_it_prints(code, printed, "docs/langgraph.md")
 
 
 # -- 1. one batch, one snapshot; the last write per key wins ---------------------------------

@@ -15,7 +15,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -28,7 +27,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from openwop_memory_client import AsyncMemoryClient
-from support.examples import python_block
+from support.examples import python_block, run_example, says_it_prints
 from support.schemas import check_entry, check_mcp_capabilities
 from support.sidecar import EXE, Sidecar, run_cli, socket_workdir
 
@@ -381,23 +380,12 @@ async def test_the_docs_example_session_runs_and_prints_what_it_says(
 ) -> None:
 
     code = python_block(ROOT / "docs" / "mcp.md", after="## An MCP client session")
-    env = {**os.environ, "OPENWOP_MEMORY_SOCKET": str(shared_sidecar.socket)}
+    env = dict(os.environ)  # measured: the MCP server it starts is the code under test
     env["PATH"] = f"{os.path.dirname(EXE)}:{env.get('PATH', '')}"  # `openwop-memory` as installed
-    done = await anyio.to_thread.run_sync(
-        lambda: subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-            env=env,
-            check=False,
-        )
+    printed = await anyio.to_thread.run_sync(
+        lambda: run_example(code, shared_sidecar.socket, tmp_path, env)
     )
-    assert done.returncode == 0, done.stderr
-    printed = done.stdout.splitlines()
-    for line in printed:
-        assert f"# {line}" in code, f"docs/mcp.md does not say it prints {line!r}"
+    says_it_prints(code, printed, "docs/mcp.md")
     assert printed[-1] == "stored: deploy key is [REDACTED:deploy]"
 
 
