@@ -47,11 +47,11 @@ from .errors import StartupError
 from .systemd import SystemdEnvironment, choose_listener, socket_path
 from .wire import metrics_http
 from .wire.accepting import accept_forever
-from .wire.binding import Peer, TenantBinding, peer_of
 from .wire.dispatch import Dispatcher
 from .wire.fairness import FairGate
 from .wire.framing import Connection, ConnectionLimits
 from .wire.slots import Refusal, Slots
+from .wire.tenant_binding import Peer, TenantBinding, peer_of
 
 log = structlog.get_logger("openwop_memory.server")
 

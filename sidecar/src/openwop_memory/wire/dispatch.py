@@ -62,8 +62,8 @@ from openwop_memory_client.wire import (
 from ..service.memory import BOUND_TENANTS, CALLER_UID, MemoryService
 from ..service.metrics import CONTENT_TYPE
 from .access_log import MAX_LOGGED_ID_CHARS, AccessLog
-from .binding import ANY_TENANT
 from .methods import AnyMethod, Bound, Method, bind
+from .tenant_binding import ANY_TENANT
 
 log = structlog.get_logger("openwop_memory.request")
 

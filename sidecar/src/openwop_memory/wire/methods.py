@@ -15,7 +15,7 @@ import pydantic
 from openwop_memory_client import ForbiddenError
 
 from ..domain import NotNow
-from .binding import permits
+from .tenant_binding import permits
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
