@@ -1,14 +1,17 @@
-"""The LangGraph store (``openwop_memory_client.langgraph_store.OpenWopStore``, on a SQLite
-sidecar) against LangGraph's own stores on the same machine: ``AsyncSqliteStore`` (the
-``langgraph-checkpoint-sqlite`` package, a file of its own) and ``InMemoryStore`` (no
+"""The LangGraph store (``openwop_memory_client.langgraph_store.OpenWopStore``) against
+LangGraph's own stores on the same machine and the same rows: on a SQLite sidecar against
+``AsyncSqliteStore`` (the ``langgraph-checkpoint-sqlite`` package, a file of its own), on a
+PostgreSQL sidecar against ``AsyncPostgresStore`` (``langgraph-checkpoint-postgres``), both
+on one throwaway server (unless ``postgresql`` is off), and ``InMemoryStore`` (no
 persistence, the floor). One caller's sequential ``aput``, ``aget`` and ``asearch`` (a
 namespace of :data:`ITEMS` items, a filter on one field, limit 10), p50 of each, and the
-ratio of ours to LangGraph's SQLite store. Each call of ours is one OpenWOP run (a
+ratio of ours to LangGraph's store on the same database. Each call of ours is one OpenWOP run (a
 snapshot, the redaction of the value, a durable commit), which LangGraph's stores do not
 have; the ratio is what that costs."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +21,7 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 from openwop_memory_client.langgraph_store import OpenWopStore
+from support.postgres import PostgresServer
 
 from bench.measure import percentile
 from bench.proc import sqlite_sidecar
@@ -27,10 +31,11 @@ ITEMS = 200
 NAMESPACE = ("users", "ana", "memories")
 
 
-async def run_langgraph(sidecar_exe: str, workdir: Path, calls: int) -> SuiteResult:
+async def run_langgraph(
+    sidecar_exe: str, workdir: Path, calls: int, postgresql: bool = True
+) -> SuiteResult:
     """The suite: ``calls`` sequential calls of each kind on each store."""
-    async with sqlite_sidecar(sidecar_exe, workdir) as (sock, _):
-        ours = await _p50s(OpenWopStore(str(sock), tenant="bench-langgraph"), calls)
+    ours = await _ours(sidecar_exe, workdir / "sqlite", None, calls)
     async with _langgraph_sqlite(workdir / "langgraph.db") as store:
         theirs = await _p50s(store, calls)
     floor = await _p50s(InMemoryStore(), calls)
@@ -42,7 +47,54 @@ async def run_langgraph(sidecar_exe: str, workdir: Path, calls: int) -> SuiteRes
             Metric(f"langgraph: {op} p50, LangGraph's InMemoryStore", floor[op] * 1e6, "us"),
             Metric(f"langgraph: {op} p50, ours / AsyncSqliteStore's", ours[op] / theirs[op], "x"),
         ]
+    if not postgresql:
+        return SuiteResult(metrics=metrics, notes=["langgraph: PostgreSQL rows not run"])
+    server = await asyncio.to_thread(PostgresServer)
+    try:
+        await asyncio.to_thread(server.__enter__)
+        ours_pg = await _ours(
+            sidecar_exe, workdir / "postgresql", server.create_database("sidecar"), calls
+        )
+        async with _langgraph_postgres(server.create_database("langgraph")) as store:
+            theirs_pg = await _p50s(store, calls)
+    finally:
+        await asyncio.to_thread(server.close)
+    for op in ("aput", "aget", "asearch"):
+        metrics += [
+            Metric(
+                f"langgraph: {op} p50, OpenWopStore (PostgreSQL sidecar)", ours_pg[op] * 1e6, "us"
+            ),
+            Metric(
+                f"langgraph: {op} p50, LangGraph's AsyncPostgresStore", theirs_pg[op] * 1e6, "us"
+            ),
+            Metric(
+                f"langgraph: {op} p50, ours / AsyncPostgresStore's",
+                ours_pg[op] / theirs_pg[op],
+                "x",
+            ),
+        ]
     return SuiteResult(metrics=metrics)
+
+
+async def _ours(
+    sidecar_exe: str, workdir: Path, database: str | None, calls: int
+) -> dict[str, float]:
+    await asyncio.to_thread(lambda: workdir.mkdir(parents=True, exist_ok=True))
+    async with sqlite_sidecar(sidecar_exe, workdir, database) as (sock, _):
+        store = OpenWopStore(str(sock), tenant="bench-langgraph")
+        try:
+            return await _p50s(store, calls)
+        finally:
+            store.close()
+
+
+@asynccontextmanager
+async def _langgraph_postgres(url: str) -> AsyncIterator[BaseStore]:
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    async with AsyncPostgresStore.from_conn_string(url) as store:
+        await store.setup()
+        yield store
 
 
 @asynccontextmanager

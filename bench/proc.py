@@ -278,15 +278,17 @@ async def wait_for_socket(path: Path, server: ServerProcess) -> None:
 
 
 @asynccontextmanager
-async def sqlite_sidecar(exe: str, workdir: Path) -> AsyncIterator[tuple[Path, ServerProcess]]:
-    """``openwop-memory serve`` (``exe``, or the one beside this Python) on a SQLite
-    database in ``workdir``, once its socket accepts: the socket and the process; stopped
-    on the way out."""
+async def sqlite_sidecar(
+    exe: str, workdir: Path, database: str | None = None
+) -> AsyncIterator[tuple[Path, ServerProcess]]:
+    """``openwop-memory serve`` (``exe``, or the one beside this Python) on ``database`` (by
+    default a SQLite database in ``workdir``), once its socket accepts: the socket and the
+    process; stopped on the way out."""
     exe = exe or os.path.join(os.path.dirname(sys.executable), "openwop-memory")
     sock = workdir / "memory.sock"
+    url = database or f"sqlite:///{workdir}/memory.db"
     sidecar = ServerProcess(
-        [exe, "serve", "--socket", str(sock), "--database", f"sqlite:///{workdir}/memory.db"],
-        workdir / "sidecar.log",
+        [exe, "serve", "--socket", str(sock), "--database", url], workdir / "sidecar.log"
     )
     sidecar.start()
     try:

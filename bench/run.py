@@ -188,7 +188,9 @@ async def langgraph_suite(options: Options, workdir: Path) -> SuiteResult:
     """The LangGraph store against LangGraph's own SQLite and in-memory stores."""
     from bench.langgraph_bench import run_langgraph  # the client's [langgraph] extra
 
-    return await run_langgraph(options.sidecar_exe, workdir, 50 if options.quick else 500)
+    return await run_langgraph(
+        options.sidecar_exe, workdir, 50 if options.quick else 500, options.postgresql
+    )
 
 
 async def conversations_suite(options: Options, workdir: Path) -> SuiteResult:

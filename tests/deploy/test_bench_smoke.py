@@ -126,6 +126,9 @@ LANGGRAPH = [  # bench/langgraph_bench.py: one column
         "LangGraph's AsyncSqliteStore",
         "LangGraph's InMemoryStore",
         "ours / AsyncSqliteStore's",
+        "OpenWopStore (PostgreSQL sidecar)",
+        "LangGraph's AsyncPostgresStore",
+        "ours / AsyncPostgresStore's",
     )
 ]
 CONVERSATIONS = [  # bench/conversations.py: recall per mode, rows of a table of its own too
