@@ -16,7 +16,7 @@ from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.storage.sqlite.keywords import BATCH
 from openwop_memory.timefmt import now_us
 from support.on_disk import query
-from support.store import fresh_snapshot, put_request, stored
+from support.store import exported, fresh_snapshot, put_request, stored
 
 pytestmark = pytest.mark.anyio
 
@@ -125,15 +125,6 @@ async def test_rows_deleted_before_they_were_indexed_leave_the_index_whole(
 async def test_an_import_indexes_what_it_wrote(store: SqliteStorage, tmp_path: Path) -> None:
     source = SqliteStorage(str(tmp_path / "source.db"))
     await source.open()
-    try:
-        for number in range(BATCH + 5):
-            await stored(source, put_request(SCOPE, f"walrus number {number}"))
-        items = [
-            item
-            async for batch in source.export_entries(now_us=now_us(), batch_size=100)
-            for item in batch
-        ]
-    finally:
-        await source.close()
+    items = await exported(source, SCOPE, BATCH + 5)
     assert await store.import_entries(entries=items) == BATCH + 5
     assert index_rows(store) == seqs(store) and len(seqs(store)) == BATCH + 5

@@ -18,7 +18,7 @@ from openwop_memory.storage.postgresql.backend import PostgresqlStorage
 from openwop_memory.storage.postgresql.keywords import BATCH
 from openwop_memory.timefmt import now_us
 from support.backends import BACKENDS, POSTGRES
-from support.store import fresh_snapshot, put_request, stored
+from support.store import exported, fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 
@@ -160,17 +160,7 @@ async def test_content_with_a_nul_character_is_indexed(store: PostgresqlStorage)
 
 
 async def test_an_import_indexes_what_it_wrote(store: PostgresqlStorage, tmp_path: Path) -> None:
-    source = await opened(tmp_path / "source", background=False)
-    try:
-        for number in range(BATCH + 5):
-            await stored(source, put_request(SCOPE, f"walrus number {number}"))
-        items = [
-            item
-            async for batch in source.export_entries(now_us=now_us(), batch_size=100)
-            for item in batch
-        ]
-    finally:
-        await source.close()
+    items = await exported(await opened(tmp_path / "source", background=False), SCOPE, BATCH + 5)
     assert await store.import_entries(entries=items) == BATCH + 5
     path = tmp_path / "store"
     assert rows(path) == BATCH + 5 and unindexed(path) == 0

@@ -18,6 +18,7 @@ from openwop_memory.storage.base import (
     Scope,
     Snapshot,
     Storage,
+    StoredEntry,
 )
 from openwop_memory.timefmt import now_us
 
@@ -73,3 +74,18 @@ async def contents(store: Storage, scope: Scope, now: int | None = None) -> list
     snapshot = await fresh_snapshot(store, scope.tenant, now)
     rows = await store.list(scope=scope, snapshot=snapshot, now_us=now, limit=100, tag=None)
     return [row.content for row in rows]
+
+
+async def exported(store: Storage, scope: Scope, count: int) -> list[StoredEntry]:
+    """``count`` entries put into ``scope`` of the open ``store`` (``walrus number N``), then
+    exported from it, and the store closed: an import's input."""
+    try:
+        for number in range(count):
+            await stored(store, put_request(scope, f"walrus number {number}"))
+        return [
+            item
+            async for batch in store.export_entries(now_us=now_us(), batch_size=100)
+            for item in batch
+        ]
+    finally:
+        await store.close()
