@@ -12,13 +12,24 @@ Kinds: ``single-hop`` (one fact), ``multi-hop`` (2-3 turns of different sessions
 ``temporal`` (the answer is the date of the session of the turn stating it) and
 ``open-domain`` (an inference from turns about the speaker). The same seed gives the same
 data byte for byte.
+
+:func:`written` loads the other set, ``bench/data/chats/``: 10 chats written in full as
+friends write (about 4,100 turns, 624 questions of the same kinds, each with the turns that
+answer it). There the questions are worded as an annotator words them, sharing words with
+their evidence where that comes naturally, replies often carry the fact while the turn
+before names the topic ("did you end up going?" / "yes! made a wonky bowl"), and "when"
+questions are answered by the session's date and what the turn says ("yesterday", "on
+Friday"). The two sets pull apart: the made-up one rewards meaning, the written one
+keywords and context, so a ranking is chosen on both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 KINDS = ("single-hop", "multi-hop", "temporal", "open-domain")
 _MONTHS = "January February March April May June July August September October November December"
@@ -465,6 +476,34 @@ def generate(conversations: int = 11, seed: int = 20260508) -> list[Conversation
     for the same arguments."""
     rng = random.Random(seed)
     return [_conversation(rng, i + 1) for i in range(conversations)]
+
+
+CHATS = Path(__file__).resolve().parent / "data" / "chats"
+
+
+def written(directory: Path = CHATS, conversations: int | None = None) -> list[Conversation]:
+    """The written chats of ``directory`` (``chat-*.json``, in name order; the first
+    ``conversations`` of them), turns' dates their sessions'."""
+    out = []
+    for path in sorted(directory.glob("chat-*.json"))[:conversations]:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cid = data["id"]
+        first, second = data["speakers"]
+        conv = Conversation(cid, (first, second))
+        for session in data["sessions"]:
+            conv.sessions.append(
+                [
+                    Turn(f"{cid}:{t['id']}", session["date"], t["speaker"], t["text"])
+                    for t in session["turns"]
+                ]
+            )
+        for n, q in enumerate(data["questions"], 1):
+            evidence = tuple(f"{cid}:{e}" for e in q["evidence"])
+            conv.questions.append(
+                Question(f"{cid}:Q{n}", q["kind"], q["question"], q["answer"], evidence)
+            )
+        out.append(conv)
+    return out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Recall on long conversations: does a relevance list find the turns that answer a question?
 
-The conversations of :mod:`bench.conversation_data` (11 chats, about 5,100 turns, 704
-questions labelled with their evidence turns) are loaded into a real ``openwop-memory
+Two sets of :mod:`bench.conversation_data`, a table each: the made-up chats (11, about
+5,100 turns, 704 questions worded apart from their evidence) and the written ones (10,
+about 4,100 turns, 624 questions worded as an annotator words them), each question labelled
+with its evidence turns. A set is loaded into a real ``openwop-memory
 serve`` on a fresh SQLite file, one scope (issued memoryRef) per conversation, one entry per
 turn whose content is ``"<session date> <speaker>: <text>"``. Every question is then asked
 by ``memory.list`` with ``rank: "relevance"``, ``query: <question>``, ``limit: 10``.
@@ -50,7 +52,7 @@ from openwop_memory.retrieval.encoders import (
 )
 from openwop_memory.retrieval.text import STOP_WORDS, query_terms
 
-from bench.conversation_data import KINDS, Conversation, Question, generate
+from bench.conversation_data import KINDS, Conversation, Question, generate, written
 from bench.lean_client import LeanClient
 from bench.measure import BenchFailure, percentile
 from bench.proc import threads_cpu
@@ -61,6 +63,7 @@ TENANT = "bench-conversations"
 WRITER_RUN = "conversations-writer"
 READER_RUN = "conversations-reader"
 TITLE = "conversations: evidence recall of relevance lists (limit 10) on long chats"
+WRITTEN_TITLE = "conversations: the same on the written chats"
 COLUMNS = (
     ("mode", "mode"),
     ("recall@5", "recall5"),
@@ -82,11 +85,13 @@ class ConversationBenchConfig:
     # long for a smoke run.
     default_model_only: bool = False
 
+    written: int | None = None  # how many of the written chats; None: all
+
     @classmethod
     def quick(
         cls, sidecar_exe: str = "", sidecar_args: tuple[str, ...] = ()
     ) -> ConversationBenchConfig:
-        return cls(2, 3, sidecar_exe, sidecar_args, default_model_only=True)
+        return cls(2, 3, sidecar_exe, sidecar_args, default_model_only=True, written=2)
 
 
 @dataclass
@@ -278,13 +283,38 @@ def installed_models() -> list[str]:
 
 
 async def run(config: ConversationBenchConfig, workdir: Path) -> SuiteResult:
-    """Every mode's row, in the table :data:`TITLE`, plus a metric per mode's recall@10."""
-    data = generate(config.conversations)
-    asked = sum(len(questions_of(c, config.per_kind)) for c in data)
-    table = Table(TITLE, COLUMNS)
+    """Every mode's row on each set, in the tables :data:`TITLE` (the made-up chats) and
+    :data:`WRITTEN_TITLE`, plus a metric per set and mode's recall@10."""
     models = installed_models()
     if config.default_model_only:
         models = [m for m in models if m == DEFAULT_MODEL]
+    sets = (
+        ("conversations", TITLE, generate(config.conversations)),
+        ("conversations (written)", WRITTEN_TITLE, written(conversations=config.written)),
+    )
+    result = SuiteResult(metrics=[], tables=[])
+    for prefix, title, data in sets:
+        table, metrics = await _one_set(config, data, workdir / prefix.split()[-1], models, title)
+        result.tables.append(table)
+        result.metrics.extend(
+            Metric(f"{prefix}: {m.name}", m.value, m.unit, m.target) for m in metrics
+        )
+    if not models:
+        result.notes.append("conversations: no embedding model installed, keyword rows only")
+    return result
+
+
+async def _one_set(
+    config: ConversationBenchConfig,
+    data: list[Conversation],
+    workdir: Path,
+    models: list[str],
+    title: str,
+) -> tuple[Table, list[Metric]]:
+    """The table ``title`` of every mode on ``data``, and their metrics (names without the
+    set's)."""
+    asked = sum(len(questions_of(c, config.per_kind)) for c in data)
+    table = Table(title, COLUMNS)
     modes: list[tuple[str, tuple[str, ...], str | None]] = [
         ("keyword", ("--semantic-search", "false"), None)
     ]
@@ -300,15 +330,14 @@ async def run(config: ConversationBenchConfig, workdir: Path) -> SuiteResult:
         name = "meaning-only" if model == DEFAULT_MODEL else f"meaning-only-{model}"
         rows.append((name, _in_process(config, data, meaning_index(model))))
     metrics = [
-        Metric("conversations: turns loaded", sum(len(c.turns) for c in data), "turns"),
-        Metric("conversations: questions asked", asked, "questions"),
+        Metric("turns loaded", sum(len(c.turns) for c in data), "turns"),
+        Metric("questions asked", asked, "questions"),
     ]
     for name, scores in rows:
         row = scores.row(name)
         table.rows.append(row)
-        metrics.append(Metric(f"conversations: recall@10, {name}", float(row[2]), "ratio"))
-    notes = [] if models else ["conversations: no embedding model installed, keyword rows only"]
-    return SuiteResult(metrics=metrics, notes=notes, tables=[table])
+        metrics.append(Metric(f"recall@10, {name}", float(row[2]), "ratio"))
+    return table, metrics
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -323,8 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = ConversationBenchConfig(sidecar_exe=args.sidecar_exe)
     with tempfile.TemporaryDirectory(prefix="owm-conversations-") as directory:
         result = asyncio.run(run(config, Path(directory)))
-    for metric in result.metrics[:2]:
-        print(f"{metric.name}: {metric.value:g} {metric.unit}")
+    for metric in result.metrics:
+        if metric.unit in ("turns", "questions"):
+            print(f"{metric.name}: {metric.value:g} {metric.unit}")
     for table in result.tables:
         print(table.format())
     for note in result.notes:
