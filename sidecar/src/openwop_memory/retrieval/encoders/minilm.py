@@ -139,8 +139,8 @@ def _layer_norm(
 
 
 class _Layer:
-    """One encoder layer's weights, as loaded: each product is ``x @ w.T`` (BLAS reads the
-    transpose in place). Copying them transposed instead left the originals' 42 MiB as holes
+    """One encoder layer's weights, as loaded, each (out, in): each product is ``x @ w.T``
+    (:func:`_product`). Copying them transposed instead left the originals' 42 MiB as holes
     in the heap, resident after loading."""
 
     def __init__(self, w: dict[str, npt.NDArray[np.float32]], i: int) -> None:
@@ -168,7 +168,7 @@ class _Layer:
         head = DIMENSIONS // _HEADS
 
         def heads(w: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> Any:
-            return (x @ w.T + b).reshape(n, _HEADS, head).transpose(1, 0, 2)
+            return (_product(x, w) + b).reshape(n, _HEADS, head).transpose(1, 0, 2)
 
         # (heads, n, head): one text, no padding, so no attention mask is needed.
         q, k, v = heads(self.q, self.q_b), heads(self.k, self.k_b), heads(self.v, self.v_b)
@@ -177,9 +177,18 @@ class _Layer:
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
         context = (weights @ v).transpose(1, 0, 2).reshape(n, DIMENSIONS)
-        x = _layer_norm(context @ self.attn_out.T + self.attn_out_b + x, self.ln1_w, self.ln1_b)
-        hidden = _gelu(x @ self.up.T + self.up_b)
-        return _layer_norm(hidden @ self.down.T + self.down_b + x, self.ln2_w, self.ln2_b)
+        attended = _product(context, self.attn_out) + self.attn_out_b + x
+        x = _layer_norm(attended, self.ln1_w, self.ln1_b)
+        hidden = _gelu(_product(x, self.up) + self.up_b)
+        return _layer_norm(_product(hidden, self.down) + self.down_b + x, self.ln2_w, self.ln2_b)
+
+
+def _product(x: npt.NDArray[np.float32], w: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``x @ w.T`` for weights ``w`` stored (out, in), computed as ``(w @ x.T).T``: BLAS then
+    reads ``w`` in its own row order, which for the few rows of a short text (a query) is
+    about 1.4 times faster here than reading it transposed; the values are the same."""
+    result: npt.NDArray[np.float32] = (w @ x.T).T
+    return result
 
 
 def _float32(array: Any) -> npt.NDArray[np.float32]:
