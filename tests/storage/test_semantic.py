@@ -330,7 +330,7 @@ async def test_a_big_scope_ranks_exactly_as_brute_force(store: Storage) -> None:
     scores = semantic.similarities(matrix, semantic.norms_of(matrix), query.astype(np.float32))
     cosines = scores / np.sqrt(float(query.astype(np.float32) @ query.astype(np.float32)))
     # Floors low enough that about a fifth of the random vectors are candidates.
-    weights = Weights(meaning=0.5, floor=0.1, related=0.1)
+    weights = Weights(meaning=0.5, floor=0.1, related=0.1, context=0.0)
     keep = cosines > weights.floor
     order = sorted(np.flatnonzero(keep), key=lambda i: (-scores[i], -i))[:50]
     found = await Search(store).search(

@@ -4,6 +4,7 @@ the recall work meet at, checked in-process."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -98,3 +99,58 @@ def test_the_embedding_model_setting_defaults_to_the_light_model_and_refuses_oth
     env = {"OPENWOP_MEMORY_EMBEDDING_MODEL": "no-such-model"}
     with pytest.raises(ConfigError, match="embedding_model"):
         load_settings({}, environ=env)
+
+
+def test_similarities_of_int8_rows_are_those_of_their_float32_copy() -> None:
+    """The vector cache keeps the stored int8 rows and widens them a block at a time: the
+    same cosines to the bit as one float32 product, across blocks, any length."""
+    from openwop_memory.retrieval.encoders.wordllama import norms_of, similarities
+
+    rng = np.random.default_rng(7)
+    for rows, dimensions in ((5000, 384), (3, 64), (0, 64)):
+        stored = rng.integers(-127, 128, size=(rows, dimensions), dtype=np.int8)
+        query = rng.integers(-127, 128, size=dimensions).astype(np.float32)
+        wide = stored.astype(np.float32)
+        assert np.array_equal(norms_of(stored), norms_of(wide))
+        assert np.array_equal(
+            similarities(stored, norms_of(stored), query), similarities(wide, norms_of(wide), query)
+        )
+
+
+@pytest.mark.anyio
+async def test_a_query_asked_again_reuses_its_vector() -> None:
+    """The service keeps recent queries' vectors: the same bytes, without embedding again."""
+    from openwop_memory.service.embedding import EmbeddingModel
+
+    model = EmbeddingModel(model=DEFAULT_MODEL)
+    first = await model.query_vector("where does the user live")
+    assert first is not None and first == await model.vector("where does the user live")
+    encoder = await model._loaded()
+    assert encoder is not None
+    calls: list[int] = []
+    embed = encoder.embed
+
+    def counted(texts: Any) -> Any:
+        calls.append(len(texts))
+        return embed(texts)
+
+    encoder.embed = counted  # type: ignore[method-assign]
+    assert await model.query_vector("where does the user live") == first
+    assert await model.query_vector("   ") is None  # no word: no vector, also kept
+    assert await model.query_vector("   ") is None
+    assert calls == [1]
+    assert await model.query_vector("x" * 5000) is not None  # too long to keep
+    assert await model.query_vector("x" * 5000) is not None
+    assert calls == [1, 1, 1]
+
+
+def test_the_vector_cache_row_sizes_docs_search_states() -> None:
+    from pathlib import Path
+
+    from openwop_memory.retrieval.nearest import row_bytes
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
+    for dimensions, kind in ((384, "all-MiniLM-L6-v2"), (64, "the light model")):
+        size = row_bytes(dimensions)
+        mib = size * 100_000 / 2**20
+        assert f"of {kind}: {mib:.2g} MiB, {size} bytes" in page.replace("\n", " ")

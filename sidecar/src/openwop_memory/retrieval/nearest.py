@@ -14,8 +14,9 @@ This relies on a scope's sequence numbers being committed in order (both backend
 them out under a lock held until commit): once the cache holds every row up to ``n``, no
 row with a number at or below ``n`` can appear later.
 
-Memory: the matrix is float32 (the model's dimensions x 4 bytes
-an entry, plus 25 for its number, expiry, length and liveness); scopes least recently
+Memory: the matrix holds the stored int8 vectors as they are (the model's dimensions in
+bytes an entry, plus 25 for its number, expiry, length and liveness), widened to float32 a
+block at a time by :func:`~.encoders.wordllama.similarities`; scopes least recently
 searched are dropped when all cached scopes would exceed ``max_bytes``, or there would be
 more than ``max_scopes`` of them.
 """
@@ -43,7 +44,7 @@ _ROW_OVERHEAD = 25  # an entry's number, expiry, length and liveness, in bytes
 def row_bytes(dimensions: int) -> int:
     """Memory an entry with a vector of ``dimensions`` takes in the cache (its arrays grow
     by doubling: up to twice that)."""
-    return dimensions * 4 + _ROW_OVERHEAD
+    return dimensions + _ROW_OVERHEAD
 
 
 _FIRST_CAPACITY = 1024
@@ -65,7 +66,7 @@ class _Scope:
     seqs: npt.NDArray[np.int64]
     expires: npt.NDArray[np.int64]
     alive: npt.NDArray[np.bool_]
-    matrix: npt.NDArray[np.float32]
+    matrix: npt.NDArray[np.int8]
     norms: npt.NDArray[np.float64]
     size: int
     loaded_seq: int
@@ -78,7 +79,7 @@ class _Scope:
             np.empty(0, np.int64),
             np.empty(0, np.int64),
             np.empty(0, np.bool_),
-            np.empty((0, dimensions), np.float32),
+            np.empty((0, dimensions), np.int8),
             np.empty(0, np.float64),
             0,
             -1,
@@ -112,8 +113,8 @@ class _Scope:
         self.alive[start:end] = True
         block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.int8)
         block = block.reshape(len(rows), self.dimensions)
-        self.matrix[start:end] = block.astype(np.float32)
-        self.norms[start:end] = norms_of(self.matrix[start:end])
+        self.matrix[start:end] = block
+        self.norms[start:end] = norms_of(block)
         self.size = end
         self.loaded_seq = last_seq
 
@@ -146,6 +147,14 @@ async def _filled(rows: NewRows, embed: Embed | None) -> NewRows:
     for i, vector in zip(pending, vectors, strict=True):
         filled[i] = (rows[i][0], rows[i][1], NO_VECTOR if vector is None else vector)
     return filled
+
+
+def _run(start: int, direction: int, count: int, size: int) -> range:
+    """Up to ``count`` positions from ``start`` in ``direction`` (-1 or 1) within
+    ``[0, size)``."""
+    if direction > 0:
+        return range(start, min(start + count, size))
+    return range(start, max(start - count, -1), -1)
 
 
 def _grown(array: _A, capacity: int) -> _A:
@@ -231,6 +240,58 @@ class VectorCache:
         values = similarities(cached.matrix[rows], cached.norms[rows], query)
         values /= float(np.sqrt(float(np.dot(query, query))))
         return {int(s): float(v) for s, v in zip(wanted[held], values, strict=True)}
+
+    async def adjacent(
+        self,
+        scope: Scope,
+        seqs: Sequence[int],
+        *,
+        snapshot_seq: int,
+        now_us: int,
+        dimensions: int,
+        check: Check,
+    ) -> dict[int, tuple[int | None, int | None]]:
+        """For each of ``seqs`` the cache holds (with a vector of ``dimensions``), the
+        sequence numbers of the nearest entry before it and after it in the scope among the
+        entries the snapshot shows at ``now_us`` that ``check`` keeps and that have such a
+        vector (None on a side with none): the turns around a turn, as the snapshot has
+        them, whatever was deleted, erased or written since. Call it after
+        :meth:`nearest` in the same search, which brought the cache up to date.
+
+        :raises UpstreamUnavailableError: from ``check``.
+        """
+        cached = self._scopes.get(scope)
+        if cached is None or cached.dimensions != dimensions or not seqs:
+            return {}
+        n = cached.size
+        held = cached.seqs[:n]
+        shown = held[cached.alive[:n] & (held <= snapshot_seq) & (cached.expires[:n] > now_us)]
+        at = {s: int(p) for s, p in zip(seqs, np.searchsorted(shown, seqs), strict=True)}
+        # (seq, direction) -> the next position of ``shown`` to examine on that side.
+        sides = {
+            (s, d): p + d
+            for s, p in at.items()
+            if p < len(shown) and shown[p] == s
+            for d in (-1, 1)
+        }
+        found: dict[tuple[int, int], int | None] = {}
+        step = 1  # most entries' neighbours are kept: one a side settles them in one check
+        while sides:
+            runs = {
+                side: [int(shown[i]) for i in _run(start, side[1], step, len(shown))]
+                for side, start in sides.items()
+            }
+            asked = sorted({s for run in runs.values() for s in run})
+            kept = (await check(asked))[0] if asked else set()
+            for side, run in runs.items():
+                hit = next((s for s in run if s in kept), None)
+                if hit is not None or len(run) < step:
+                    found[side] = hit
+                    del sides[side]
+                else:
+                    sides[side] += side[1] * step
+            step *= 2
+        return {s: (found[s, -1], found[s, 1]) for s, _ in found if (s, -1) in found}
 
     async def _best(
         self,

@@ -11,6 +11,8 @@ for it, on a worker thread.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import anyio
 import anyio.to_thread
 import structlog
@@ -25,6 +27,12 @@ from ..retrieval.encoders import (
 
 log = structlog.get_logger("openwop_memory.service")
 
+# Queries whose vectors are kept (least recently asked dropped first), and the longest
+# query kept: agents ask the same few queries run after run, and a sentence encoder's
+# query costs ~10 ms of CPU, the most of a relevance list. At most ~1.5 MiB.
+_QUERIES_KEPT = 512
+_QUERY_CHARS_KEPT = 2048
+
 
 class EmbeddingModel:
     """The model called ``model``, if its package is installed: ``installed`` says so (and
@@ -35,6 +43,7 @@ class EmbeddingModel:
         self.installed = enabled and model_installed(model)
         self._encoder: Encoder | None = None
         self._lock = anyio.Lock()
+        self._queries: OrderedDict[str, bytes | None] = OrderedDict()
 
     async def _loaded(self) -> Encoder | None:
         if self._encoder is not None or not self.installed:
@@ -68,6 +77,21 @@ class EmbeddingModel:
         else:
             row = (await anyio.to_thread.run_sync(encoder.embed, [text]))[0]
         return row.tobytes() if row.any() else None
+
+    async def query_vector(self, query: str) -> bytes | None:
+        """:meth:`vector` of a search's ``query``, the same bytes, from memory when it was
+        asked lately (the model is deterministic, so a kept vector is the one it would
+        compute again)."""
+        kept = self._queries.get(query, b"")
+        if kept != b"":
+            self._queries.move_to_end(query)
+            return kept
+        vector = await self.vector(query)
+        if len(query) <= _QUERY_CHARS_KEPT and self._encoder is not None:
+            self._queries[query] = vector
+            if len(self._queries) > _QUERIES_KEPT:
+                self._queries.popitem(last=False)
+        return vector
 
     async def vectors(self, texts: list[str]) -> list[bytes | None]:
         """The vector of each of ``texts``, as :meth:`vector` gives it, computed on a

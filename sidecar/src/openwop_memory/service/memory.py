@@ -54,6 +54,7 @@ from ..redaction import PatternPolicy
 from ..retrieval.fusion import weights_for
 from ..retrieval.search import Search
 from ..retrieval.text import query_terms
+from ..retrieval.time_cues import asks_when
 from ..storage.base import (
     PENDING_VECTOR,
     BeginOutcome,
@@ -666,7 +667,7 @@ class MemoryService:
             terms = query_terms(options.query)
             if not terms:  # nothing content-bearing (stop words alone): nothing relevant
                 return []
-            vector = await self._embedding.vector(options.query)
+            vector = await self._embedding.query_vector(options.query)
             rows = await self._search.search(
                 scope=scope,
                 snapshot=run.snapshot,
@@ -679,6 +680,7 @@ class MemoryService:
                 vector=vector,
                 weights=weights_for(self._embedding.name),
                 embed=self._embedding.vectors,
+                when=asks_when(options.query),
             )
         else:
             rows = await self._storage.list(
