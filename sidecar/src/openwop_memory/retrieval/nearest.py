@@ -149,12 +149,22 @@ async def _filled(rows: NewRows, embed: Embed | None) -> NewRows:
     return filled
 
 
-def _run(start: int, direction: int, count: int, size: int) -> range:
-    """Up to ``count`` positions from ``start`` in ``direction`` (-1 or 1) within
-    ``[0, size)``."""
-    if direction > 0:
-        return range(start, min(start + count, size))
-    return range(start, max(start - count, -1), -1)
+def _shown(
+    cached: _Scope, n: int, start: int, direction: int, count: int, snapshot_seq: int, now_us: int
+) -> tuple[list[int], int]:
+    """Up to ``count`` positions of rows the snapshot shows at ``now_us``, from ``start`` in
+    ``direction`` (-1 or 1) within the first ``n``, and the position to go on from. Going
+    forward it stops at the first row past the snapshot: every later one is too."""
+    positions: list[int] = []
+    i = start
+    while 0 <= i < n and len(positions) < count:
+        if cached.seqs[i] > snapshot_seq:
+            if direction > 0:
+                return positions, n
+        elif cached.alive[i] and cached.expires[i] > now_us:
+            positions.append(i)
+        i += direction
+    return positions, i
 
 
 def _grown(array: _A, capacity: int) -> _A:
@@ -265,22 +275,19 @@ class VectorCache:
             return {}
         n = cached.size
         held = cached.seqs[:n]
-        shown = held[cached.alive[:n] & (held <= snapshot_seq) & (cached.expires[:n] > now_us)]
-        at = {s: int(p) for s, p in zip(seqs, np.searchsorted(shown, seqs), strict=True)}
-        # (seq, direction) -> the next position of ``shown`` to examine on that side.
-        sides = {
-            (s, d): p + d
-            for s, p in at.items()
-            if p < len(shown) and shown[p] == s
-            for d in (-1, 1)
-        }
+        at = {s: int(p) for s, p in zip(seqs, np.searchsorted(held, seqs), strict=True)}
+        # (seq, direction) -> the next position of the cache to examine on that side. The
+        # rows are walked from the entry outwards, not masked as a whole: a few a side.
+        sides = {(s, d): p + d for s, p in at.items() if p < n and held[p] == s for d in (-1, 1)}
         found: dict[tuple[int, int], int | None] = {}
         step = 1  # most entries' neighbours are kept: one a side settles them in one check
         while sides:
-            runs = {
-                side: [int(shown[i]) for i in _run(start, side[1], step, len(shown))]
-                for side, start in sides.items()
-            }
+            runs = {}
+            for side, start in sides.items():
+                positions, sides[side] = _shown(
+                    cached, n, start, side[1], step, snapshot_seq, now_us
+                )
+                runs[side] = [int(held[i]) for i in positions]
             asked = sorted({s for run in runs.values() for s in run})
             kept = (await check(asked))[0] if asked else set()
             for side, run in runs.items():
@@ -288,8 +295,6 @@ class VectorCache:
                 if hit is not None or len(run) < step:
                     found[side] = hit
                     del sides[side]
-                else:
-                    sides[side] += side[1] * step
             step *= 2
         return {s: (found[s, -1], found[s, 1]) for s, _ in found if (s, -1) in found}
 

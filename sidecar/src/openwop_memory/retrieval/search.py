@@ -96,8 +96,8 @@ class Search:
         that says when (:func:`~openwop_memory.retrieval.time_cues.says_when`) weighs
         :data:`~openwop_memory.retrieval.time_cues.SAYS_WHEN` more. Then each of the best
         half of the candidates (at most :data:`CONTEXT_LINKED`) is linked to the entries
-        before and after it in the snapshot, which are scored too, and every score counts the best linked one's
-        (:func:`~openwop_memory.retrieval.context.with_context`).
+        before and after it in the snapshot, which are scored too, and every score counts
+        the best linked one's (:func:`~openwop_memory.retrieval.context.with_context`).
 
         Each row found carries its ``score`` in [0, 1]: the fused score with its context,
         or without ``vector`` its keyword coverage
