@@ -54,14 +54,22 @@ class VectorIndexer:
         self._wake.set()
 
     async def run(self) -> None:
-        """Index what is noted until cancelled. Never raises otherwise."""
+        """Index what is noted until cancelled. Never raises otherwise.
+
+        Paced as the keyword indexers are (``storage/catch_up.py``): while a backlog lasts
+        it rests three times as long as a batch took, so it takes at most a quarter of the
+        sidecar and of the writer, and the puts meanwhile wait behind one batch at most,
+        not a queue of them; a search computes whatever is still pending."""
         while True:
             await self._wake.wait()
             if len(self._backlog) < BATCH:
                 await anyio.sleep(LINGER)
             self._wake = anyio.Event()
             while self._backlog:
+                started = anyio.current_time()
                 await self.index_once()
+                if self._backlog:
+                    await anyio.sleep(3 * (anyio.current_time() - started))
 
     async def index_once(self) -> int:
         """Index up to :data:`BATCH` noted entries; how many were taken. Never raises but
