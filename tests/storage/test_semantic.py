@@ -574,3 +574,40 @@ def test_another_sidecar_replays_the_same_ranking(workdir: Path) -> None:
             again = listing(b, run, ref, rank="relevance", query=q, limit=20)
             assert again == first[q]
             assert listing(a, run, ref, rank="relevance", query=q, limit=20) == first[q]
+
+
+@pytest.mark.backend_independent
+@pytest.mark.anyio
+async def test_a_prefetched_scope_is_searched_from_memory_as_it_would_be_otherwise(
+    store: Storage,
+) -> None:
+    """``Search.prefetch`` (run beside a first query's embedding) loads the scope's vectors,
+    pending ones computed; the search after it reads only what came since, and ranks as a
+    search that loaded them itself."""
+    for content in (PEANUTS, CELLO, DEPLOY):
+        await stored(store, request(A, content))
+    snap = await fresh_snapshot(store, "tenant-a")
+    question = "musical instrument hobby"
+    searcher = Search(store)
+    await searcher.prefetch(scope=A, dimensions=semantic.DIMENSIONS, embed=None)
+    cache = searcher._vector_cache()
+    assert cache._scopes[A].size == 3
+    loads: list[int] = []
+    vectors_after = store.vectors_after
+
+    async def counted(*, scope: Scope, after: int) -> Any:
+        loads.append(after)
+        return await vectors_after(scope=scope, after=after)
+
+    store.vectors_after = counted  # type: ignore[method-assign]
+    rows = await searcher.search(
+        scope=A,
+        snapshot=snap,
+        now_us=now_us(),
+        terms=query_terms(question),
+        limit=10,
+        tag=None,
+        vector=model().vector(question),
+    )
+    assert loads and min(loads) > 0  # only what came after the prefetched rows
+    assert [r.content for r in rows] == await searched(store, snap, question)

@@ -154,3 +154,11 @@ def test_the_vector_cache_row_sizes_docs_search_states() -> None:
         size = row_bytes(dimensions)
         mib = size * 100_000 / 2**20
         assert f"of {kind}: {mib:.2g} MiB, {size} bytes" in page.replace("\n", " ")
+
+
+def test_each_models_vector_length_is_known_before_it_loads() -> None:
+    from openwop_memory.retrieval.encoders import STRONG_MODEL, dimensions_of, minilm, wordllama
+
+    assert dimensions_of(DEFAULT_MODEL) == wordllama.VECTOR_BYTES
+    assert dimensions_of(STRONG_MODEL) == minilm.DIMENSIONS
+    assert dimensions_of("nope") is None

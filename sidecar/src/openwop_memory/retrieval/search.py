@@ -232,6 +232,20 @@ class Search:
         ranked = sorted(scored.items(), key=lambda item: (-item[1], -item[0]))
         return [found[seq]._replace(score=score) for seq, score in ranked[:limit]]
 
+    async def prefetch(self, *, scope: Scope, dimensions: int, embed: Embed | None) -> None:
+        """Load ``scope``'s vectors of ``dimensions`` into memory now, as the next search by
+        meaning would first (run beside a first query's embedding, it takes the scope's load
+        off that search's time).
+
+        :raises UpstreamUnavailableError: from the storage.
+        """
+        await self._vector_cache().refresh(
+            scope,
+            dimensions,
+            load_after=lambda after: self._storage.vectors_after(scope=scope, after=after),
+            embed=embed,
+        )
+
     def _vector_cache(self) -> VectorCache:
         if self._vectors is None:
             from .nearest import VectorCache  # numpy: only once a search has a vector

@@ -78,6 +78,11 @@ class EmbeddingModel:
             row = (await anyio.to_thread.run_sync(encoder.embed, [text]))[0]
         return row.tobytes() if row.any() else None
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (a first query waits for its load)."""
+        return self._encoder is not None
+
     async def query_vector(self, query: str) -> bytes | None:
         """:meth:`vector` of a search's ``query``, the same bytes, from memory when it was
         asked lately (the model is deterministic, so a kept vector is the one it would

@@ -44,6 +44,15 @@ class Encoder(Protocol):
         ...
 
 
+_DIMENSIONS = {DEFAULT_MODEL: 64, STRONG_MODEL: 384}
+
+
+def dimensions_of(name: str) -> int | None:
+    """How many bytes a vector of the model called ``name`` holds, known without loading
+    it; ``None`` for a name :func:`load_encoder` does not know."""
+    return _DIMENSIONS.get(name)
+
+
 def known_models() -> tuple[str, ...]:
     """The names :func:`load_encoder` accepts."""
     return (DEFAULT_MODEL, STRONG_MODEL)
