@@ -48,6 +48,7 @@ AFTER = [
     "Sam: Gotta run, talk soon!",
 ]
 QUESTION = "What did Sam make at the pottery class?"
+WITHOUT_CONTEXT = Weights(LIGHT_WEIGHTS.meaning, LIGHT_WEIGHTS.floor, LIGHT_WEIGHTS.related, 0.0)
 
 
 @cache
@@ -66,18 +67,25 @@ async def chat(store: Storage) -> dict[str, EntryRow]:
 
 
 async def scored(
-    store: Storage, snap: Snapshot, *, weights: Weights = LIGHT_WEIGHTS, limit: int = 3
+    store: Storage,
+    snap: Snapshot,
+    *,
+    weights: Weights = LIGHT_WEIGHTS,
+    limit: int = 3,
+    query: str = QUESTION,
+    when: bool = False,
 ) -> dict[str, float]:
-    """The contents found for QUESTION, best first, with their scores."""
+    """The contents found for ``query``, best first, with their scores."""
     rows = await Search(store).search(
         scope=A,
         snapshot=snap,
         now_us=now_us(),
-        terms=query_terms(QUESTION),
+        terms=query_terms(query),
         limit=limit,
         tag=None,
-        vector=model().vector(QUESTION),
+        vector=model().vector(query),
         weights=weights,
+        when=when,
     )
     return {row.content: row.score or 0.0 for row in rows}
 
@@ -90,8 +98,7 @@ async def test_a_reply_counts_the_turn_that_names_its_topic(store: Storage) -> N
     await chat(store)
     snap = await fresh_snapshot(store, A.tenant)
     weight = LIGHT_WEIGHTS.context
-    alone = Weights(LIGHT_WEIGHTS.meaning, LIGHT_WEIGHTS.floor, LIGHT_WEIGHTS.related, 0.0)
-    own = await scored(store, snap, weights=alone, limit=20)
+    own = await scored(store, snap, weights=WITHOUT_CONTEXT, limit=20)
     assert next(iter(own)) == ASKED and own[REPLY] < own[ASKED]
     with_context = await scored(store, snap, limit=2)
     assert list(with_context) == [ASKED, REPLY]
@@ -206,24 +213,9 @@ async def test_a_when_question_weighs_the_entries_that_say_when(store: Storage) 
     for content in (dated, undated, "Ana: a note about nothing else"):
         await stored(store, request(content))
     snap = await fresh_snapshot(store, A.tenant)
-    alone = Weights(LIGHT_WEIGHTS.meaning, LIGHT_WEIGHTS.floor, LIGHT_WEIGHTS.related, 0.0)
-
-    async def search(query: str, when: bool) -> dict[str, float]:
-        rows = await Search(store).search(
-            scope=A,
-            snapshot=snap,
-            now_us=now_us(),
-            terms=query_terms(query),
-            limit=5,
-            tag=None,
-            vector=model().vector(query),
-            weights=alone,
-            when=when,
-        )
-        return {row.content: row.score or 0.0 for row in rows}
-
     query = "When did Sam go to the pottery class?"
-    plain, asked = await search(query, False), await search(query, True)
+    plain = await scored(store, snap, weights=WITHOUT_CONTEXT, limit=5, query=query)
+    asked = await scored(store, snap, weights=WITHOUT_CONTEXT, limit=5, query=query, when=True)
     assert set(plain) == set(asked)
     assert asked[dated] == plain[dated]  # times 1.25, over 1.25
     assert asked[undated] == round(plain[undated] / (1 + SAYS_WHEN), 9)
