@@ -39,6 +39,7 @@ class VectorIndexer:
         self._embedding = embedding
         self._backlog: deque[tuple[str, str]] = deque(maxlen=BACKLOG)
         self._wake = anyio.Event()
+        self._noted = 0  # puts noted so far: whether puts came during a batch
         self.indexed = 0
         self.in_flight = 0
         self.failed_batches = 0
@@ -51,24 +52,27 @@ class VectorIndexer:
     def note(self, entry_id: str, content: str) -> None:
         """Index the entry ``entry_id`` (its redacted ``content``) soon; never blocks."""
         self._backlog.append((entry_id, content))
+        self._noted += 1
         self._wake.set()
 
     async def run(self) -> None:
         """Index what is noted until cancelled. Never raises otherwise.
 
-        Paced as the keyword indexers are (``storage/catch_up.py``): while a backlog lasts
-        it rests three times as long as a batch took, so it takes at most a quarter of the
-        sidecar and of the writer, and the puts meanwhile wait behind one batch at most,
-        not a queue of them; a search computes whatever is still pending."""
+        Paced as the keyword indexers are (``storage/catch_up.py``) while puts keep
+        coming: after a batch during which one was put it rests three times as long as the
+        batch took, so it takes at most a quarter of the sidecar and of the writer, and the
+        puts wait behind one batch at most, not a queue of them. With no put meanwhile it
+        goes on at once (a sentence encoder's backlog is then indexed at full speed). A
+        search computes whatever is still pending."""
         while True:
             await self._wake.wait()
             if len(self._backlog) < BATCH:
                 await anyio.sleep(LINGER)
             self._wake = anyio.Event()
             while self._backlog:
-                started = anyio.current_time()
+                noted, started = self._noted, anyio.current_time()
                 await self.index_once()
-                if self._backlog:
+                if self._backlog and self._noted != noted:
                     await anyio.sleep(3 * (anyio.current_time() - started))
 
     async def index_once(self) -> int:
