@@ -26,9 +26,12 @@ BATCH = 64
 """Entries embedded and stored together: one worker-thread hand-off and one write each."""
 BACKLOG = 16_384
 """Notes kept at most; past it the oldest are dropped (searches compute them)."""
-LINGER = 0.05
-"""Seconds the indexer waits after a put, for more to come: a burst of puts is then
-embedded and stored in a few batches, not one write transaction each."""
+QUIET = 0.02
+"""Seconds without a put that the indexer waits for before a batch: a burst of puts is then
+embedded and stored in a few batches, not one write transaction each, and a stream of puts
+is not slowed by a batch beside it (a sentence encoder's batch is most of a second)."""
+MAX_DEFER = 1.0
+"""Seconds a batch waits at most for puts to pause: a steady stream is indexed too."""
 
 
 class VectorIndexer:
@@ -40,6 +43,7 @@ class VectorIndexer:
         self._backlog: deque[tuple[str, str]] = deque(maxlen=BACKLOG)
         self._wake = anyio.Event()
         self._noted = 0  # puts noted so far: whether puts came during a batch
+        self._last_note = 0.0  # when the last one was (anyio's clock)
         self.indexed = 0
         self.in_flight = 0
         self.failed_batches = 0
@@ -53,27 +57,38 @@ class VectorIndexer:
         """Index the entry ``entry_id`` (its redacted ``content``) soon; never blocks."""
         self._backlog.append((entry_id, content))
         self._noted += 1
+        self._last_note = anyio.current_time()
         self._wake.set()
 
     async def run(self) -> None:
         """Index what is noted until cancelled. Never raises otherwise.
 
-        Paced as the keyword indexers are (``storage/catch_up.py``) while puts keep
-        coming: after a batch during which one was put it rests three times as long as the
-        batch took, so it takes at most a quarter of the sidecar and of the writer, and the
-        puts wait behind one batch at most, not a queue of them. With no put meanwhile it
-        goes on at once (a sentence encoder's backlog is then indexed at full speed). A
-        search computes whatever is still pending."""
+        It yields to puts: a batch waits for a pause in them (:meth:`_pause`), and after
+        a batch during which one was put it rests three times as long as the batch took,
+        as the keyword indexers do (``storage/catch_up.py``), so it takes at most a quarter
+        of the sidecar and of the writer while puts keep coming, and they wait behind one
+        batch at most, not a queue of them. With no put meanwhile it goes on at once (a
+        sentence encoder's backlog is then indexed at full speed). A search computes
+        whatever is still pending."""
         while True:
             await self._wake.wait()
-            if len(self._backlog) < BATCH:
-                await anyio.sleep(LINGER)
             self._wake = anyio.Event()
             while self._backlog:
+                await self._pause()
                 noted, started = self._noted, anyio.current_time()
                 await self.index_once()
                 if self._backlog and self._noted != noted:
                     await anyio.sleep(3 * (anyio.current_time() - started))
+
+    async def _pause(self) -> None:
+        """Until no put has been noted for :data:`QUIET` seconds, :data:`MAX_DEFER` at
+        most."""
+        deadline = anyio.current_time() + MAX_DEFER
+        while (now := anyio.current_time()) < deadline:
+            quiet_for = now - self._last_note
+            if quiet_for >= QUIET:
+                return
+            await anyio.sleep(min(QUIET - quiet_for, deadline - now))
 
     async def index_once(self) -> int:
         """Index up to :data:`BATCH` noted entries; how many were taken. Never raises but
