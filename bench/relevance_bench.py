@@ -358,7 +358,8 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
     try:
         for start in range(0, config.entries, 500):
             batch = range(start, min(start + 500, config.entries))
-            moved = base[[i % 256 for i in batch]] + noise.integers(-6, 7, (len(batch), 384))
+            shape = (len(batch), encoder.dimensions)
+            moved = base[[i % 256 for i in batch]] + noise.integers(-6, 7, shape)
             vectors = np.clip(moved, -127, 127).astype(np.int8)
             await asyncio.gather(
                 *(
@@ -408,7 +409,7 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
         Metric("first relevance list of the scope, all-minilm-l6-v2", first * 1e3, "ms"),
         Metric(
             "vector cache per 100k entries (memory), all-minilm-l6-v2",
-            _PER_100K * row_bytes(384) / 2**20,
+            _PER_100K * row_bytes(encoder.dimensions) / 2**20,
             "MiB",
         ),
     ]

@@ -162,3 +162,24 @@ def test_each_models_vector_length_is_known_before_it_loads() -> None:
     assert dimensions_of(DEFAULT_MODEL) == wordllama.VECTOR_BYTES
     assert dimensions_of(STRONG_MODEL) == minilm.DIMENSIONS
     assert dimensions_of("nope") is None
+
+
+def test_protocol_doc_states_the_rankings_numbers() -> None:
+    """docs/PROTOCOL.md's relevance section gives the numbers the code ranks with."""
+    from pathlib import Path
+
+    from openwop_memory.retrieval.encoders import STRONG_MODEL
+    from openwop_memory.retrieval.fusion import weights_for
+    from openwop_memory.retrieval.search import CONTEXT_LINKED, candidate_pool
+    from openwop_memory.retrieval.time_cues import SAYS_WHEN
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "PROTOCOL.md").read_text()
+    page = " ".join(page.split())
+    light, strong = weights_for(DEFAULT_MODEL), weights_for(STRONG_MODEL)
+    assert candidate_pool(1) == 40 and candidate_pool(100) == 200
+    assert "`max(2 \u00d7 limit, 40)`" in page  # a multiplication sign
+    assert f"`min(max(limit, 20), {CONTEXT_LINKED})`" in page  # the best half of the pool
+    assert f"{light.meaning}, {light.floor} and {light.related} for the default WordLlama" in page
+    assert f"{strong.meaning}, {strong.floor} and {strong.related} for `all-minilm-l6-v2`" in page
+    assert f"{1 + SAYS_WHEN} times as much, every score then divided by {1 + SAYS_WHEN}" in page
+    assert f"({light.context} for WordLlama, {strong.context} for `all-minilm-l6-v2`)" in page

@@ -42,8 +42,7 @@ class VectorIndexer:
         self._embedding = embedding
         self._backlog: deque[tuple[str, str]] = deque(maxlen=BACKLOG)
         self._wake = anyio.Event()
-        self._noted = 0  # puts noted so far: whether puts came during a batch
-        self._last_note = 0.0  # when the last one was (anyio's clock)
+        self._last_note = 0.0  # when the last put was noted (anyio's clock)
         self.indexed = 0
         self.in_flight = 0
         self.failed_batches = 0
@@ -56,7 +55,6 @@ class VectorIndexer:
     def note(self, entry_id: str, content: str) -> None:
         """Index the entry ``entry_id`` (its redacted ``content``) soon; never blocks."""
         self._backlog.append((entry_id, content))
-        self._noted += 1
         self._last_note = anyio.current_time()
         self._wake.set()
 
@@ -75,9 +73,9 @@ class VectorIndexer:
             self._wake = anyio.Event()
             while self._backlog:
                 await self._pause()
-                noted, started = self._noted, anyio.current_time()
+                started = anyio.current_time()
                 await self.index_once()
-                if self._backlog and self._noted != noted:
+                if self._backlog and self._last_note >= started:  # puts came meanwhile
                     await anyio.sleep(3 * (anyio.current_time() - started))
 
     async def _pause(self) -> None:

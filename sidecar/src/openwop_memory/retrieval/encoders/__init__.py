@@ -44,13 +44,19 @@ class Encoder(Protocol):
         ...
 
 
-_DIMENSIONS = {DEFAULT_MODEL: 64, STRONG_MODEL: 384}
-
-
 def dimensions_of(name: str) -> int | None:
     """How many bytes a vector of the model called ``name`` holds, known without loading
-    it; ``None`` for a name :func:`load_encoder` does not know."""
-    return _DIMENSIONS.get(name)
+    it (the modules import nothing heavy); ``None`` for a name :func:`load_encoder` does
+    not know."""
+    if name == DEFAULT_MODEL:
+        from . import wordllama
+
+        return wordllama.VECTOR_BYTES
+    if name == STRONG_MODEL:
+        from . import minilm
+
+        return minilm.DIMENSIONS
+    return None
 
 
 def known_models() -> tuple[str, ...]:
