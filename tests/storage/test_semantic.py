@@ -28,6 +28,7 @@ from openwop_memory.retrieval.fusion import LIGHT_WEIGHTS, Weights
 from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import (
+    PENDING_VECTOR,
     EntryRow,
     ListFilter,
     PutRequest,
@@ -42,6 +43,7 @@ from openwop_memory_client import UpstreamUnavailableError
 from support.backends import POSTGRES, selected
 from support.names import uid
 from support.on_disk import files_of, query
+from support.polling import wait_for
 from support.protocol import begin, listing, new_run, put
 from support.schemas import check_capabilities
 from support.sidecar import RawClient, Sidecar, sidecars_sharing_a_database
@@ -447,6 +449,21 @@ def test_capabilities_say_semantic_with_the_model(client: RawClient) -> None:
 SECRET = "quokkaplum93sekret"
 
 
+def stored_vector(sidecar: Sidecar) -> bytes:
+    """The one entry's stored vector, once the background indexer has written it."""
+
+    def vector() -> bytes:
+        if sidecar.backend.name == "sqlite":
+            [(stored,)] = query(sidecar.database, "SELECT embedding FROM entries")
+            return bytes(stored)
+        sql = "SELECT encode(embedding, 'hex') FROM entries"
+        [hexed] = POSTGRES.psql(sidecar.database, sql).split()
+        return bytes.fromhex(hexed)
+
+    wait_for(lambda: vector() != PENDING_VECTOR, 10, "the vector stored")
+    return vector()
+
+
 def test_no_registered_secret_reaches_the_index_or_the_vectors(sidecar: Sidecar) -> None:
     tenant = uid("t")
     ref = uid("ref")
@@ -460,13 +477,15 @@ def test_no_registered_secret_reaches_the_index_or_the_vectors(sidecar: Sidecar)
         assert SECRET not in entry["content"]
         found = relevance(client, new_run(client, tenant), ref, "vault token rotation")
         assert found == [entry["content"]]
+        # The search ranked by a vector computed in memory; the stored one is the indexer's,
+        # written off the put's path, so the files are read once it is there.
+        vector = stored_vector(sidecar)
         if sidecar.backend.name == "sqlite":
             stored_files = files_of(sidecar.database.parent)
             assert any(name.endswith("-wal") for name in stored_files)
             for name, data in stored_files.items():  # the database, its WAL, the log
                 assert SECRET.encode() not in data, name
                 assert SECRET[:10].encode() not in data, name
-            [(vector,)] = query(sidecar.database, "SELECT embedding FROM entries")
             terms = query(sidecar.database, "SELECT block FROM entries_fts_data")
             assert all(SECRET[:10].encode() not in bytes(block) for (block,) in terms)
         else:
@@ -480,10 +499,6 @@ def test_no_registered_secret_reaches_the_index_or_the_vectors(sidecar: Sidecar)
             assert server is not None
             for segment in sorted((server.data / "pg_wal").glob("0*")):
                 assert SECRET.encode() not in segment.read_bytes(), segment.name
-            hexed = POSTGRES.psql(
-                sidecar.database, "SELECT encode(embedding, 'hex') FROM entries"
-            ).split()
-            vector = bytes.fromhex(next(w for w in hexed if len(w) == 2 * semantic.VECTOR_BYTES))
         # The vector is the redacted content's, not the one the worker sent.
         assert vector == model().vector(entry["content"])
         assert vector != model().vector(raw)
@@ -552,8 +567,10 @@ def test_entries_put_without_the_model_rank_by_keywords(workdir: Path) -> None:
         assert relevance(client, run, ref, "musical instrument hobby") == [long_entry]
         assert relevance(client, run, ref, "string instruments", limit=5) == [long_entry]
         if after.backend.name == "sqlite":
-            lengths = query(after.database, "SELECT length(embedding) FROM entries ORDER BY seq")
-            assert lengths == [(None,), (semantic.VECTOR_BYTES,)]
+            sql = "SELECT length(embedding) FROM entries ORDER BY seq"
+            # The indexer stores the second vector after the put's commit.
+            wait_for(lambda: query(after.database, sql)[1] != (1,), 10, "the vector stored")
+            assert query(after.database, sql) == [(None,), (semantic.VECTOR_BYTES,)]
 
 
 def test_another_sidecar_replays_the_same_ranking(workdir: Path) -> None:
