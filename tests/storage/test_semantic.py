@@ -23,6 +23,7 @@ import pytest
 from openwop_memory.app import open_app
 from openwop_memory.config import Settings
 from openwop_memory.domain import SweepHorizons
+from openwop_memory.retrieval import nearest
 from openwop_memory.retrieval.encoders import wordllama as semantic
 from openwop_memory.retrieval.fusion import LIGHT_WEIGHTS, Weights
 from openwop_memory.retrieval.search import Search
@@ -311,9 +312,16 @@ async def test_a_failing_database_is_upstream_unavailable_not_a_group(store: Sto
 
 @pytest.mark.backend_independent
 @pytest.mark.anyio
-async def test_a_big_scope_ranks_exactly_as_brute_force(store: Storage) -> None:
-    """A scope past the size scored on the event loop (loaded and scored on a worker
-    thread): the nearest entries are those numpy's brute force finds, in its order."""
+@pytest.mark.parametrize("parts", [1, 3])
+async def test_a_big_scope_ranks_exactly_as_brute_force(
+    store: Storage, parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope past the size scored on the event loop (loaded and scored on worker
+    threads, in one part or three): the nearest entries are those numpy's brute force
+    finds, in its order."""
+    monkeypatch.setattr(nearest, "_CPUS", parts)
+    monkeypatch.setattr(nearest, "_PART_ROWS", 2500)
+    assert len(nearest._parts(9000)) == parts
     rng = np.random.default_rng(9)
     vectors = rng.integers(-127, 128, size=(9000, semantic.VECTOR_BYTES), dtype=np.int8)
     rows = [f"entry {i}" for i in range(len(vectors))]

@@ -183,3 +183,48 @@ def test_protocol_doc_states_the_rankings_numbers() -> None:
     assert f"{strong.meaning}, {strong.floor} and {strong.related} for `all-minilm-l6-v2`" in page
     assert f"{1 + SAYS_WHEN} times as much, every score then divided by {1 + SAYS_WHEN}" in page
     assert f"({light.context} for WordLlama, {strong.context} for `all-minilm-l6-v2`)" in page
+
+
+@pytest.mark.parametrize("rows", [0, 1, 32767, 32768, 65536, 65537, 100_000, 10**6])
+def test_a_scope_is_scored_in_parts_that_cover_its_rows_once(rows: int) -> None:
+    from openwop_memory.retrieval import nearest
+
+    parts = nearest._parts(rows)
+    assert [i for part in parts for i in part] == list(range(rows))
+    assert 1 <= len(parts) <= max(1, min(nearest._CPUS, 4))
+    assert len(parts) == 1 or min(len(p) for p in parts) >= nearest._PART_ROWS
+
+
+def test_docs_search_states_when_a_scope_is_scored_in_parts() -> None:
+    from pathlib import Path
+
+    from openwop_memory.retrieval import nearest
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
+    page = " ".join(page.split())
+    assert nearest._parts(2 * nearest._PART_ROWS - 1) == [range(2 * nearest._PART_ROWS - 1)]
+    assert f"A scope of {2 * nearest._PART_ROWS:,} entries or more is scored in parts" in page
+
+
+def test_the_vector_cache_keeps_blas_to_one_thread() -> None:
+    """In a fresh process: BLAS has the threads the environment gives it until the
+    vector cache is made, and one after (retrieval/blas.py says why)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy, threadpoolctl\n"
+        "def blas(): return {i['num_threads'] for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'}\n"
+        "print(sorted(blas()))\n"
+        "from openwop_memory.retrieval.nearest import VectorCache\n"
+        "VectorCache()\n"
+        "print(sorted(blas()))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    before, after = done.stdout.split("\n")[:2]
+    assert before != "[]"  # numpy's BLAS was found (2 threads, or fewer on a 1-CPU host)
+    assert after == "[1]"

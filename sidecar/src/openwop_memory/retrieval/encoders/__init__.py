@@ -83,6 +83,10 @@ def load_encoder(name: str) -> Encoder:
 
     :raises EncoderUnavailableError: no such model, or its package is missing.
     """
+    if model_installed(name):
+        from ..blas import one_thread_per_product
+
+        one_thread_per_product()
     if name == DEFAULT_MODEL:
         from . import wordllama
 

@@ -1,0 +1,29 @@
+"""numpy's BLAS on one thread: search runs its products on threads of its own.
+
+The product search runs most is a matrix-vector product of 2,048-row blocks (a scope's
+vectors against a query's). OpenBLAS's own threads cost more than they save there: on
+this project's 2-core machine, 100,000 rows of 384 took 9.9 ms with its two threads and
+6.5 ms with one, and all-MiniLM-L6-v2's forward pass took as long on one as on two. Its
+threads would also take the cores from the event loop while they spin. So the vector
+cache scores a big scope in parts on worker threads of its own
+(:func:`~openwop_memory.retrieval.nearest.VectorCache.nearest`), and BLAS runs each
+product on the thread that asked for it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+
+@cache
+def one_thread_per_product() -> None:
+    """Limit every BLAS library loaded in the process to one thread (once; numpy is
+    imported first, since only a library already loaded can be limited). A setting of the
+    whole process: in the sidecar, search is the only user of BLAS.
+
+    :raises ImportError: numpy or threadpoolctl is not installed (the ``search`` extra).
+    """
+    import numpy  # noqa: F401  # loads the BLAS library that is then limited
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
