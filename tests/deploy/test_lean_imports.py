@@ -33,6 +33,7 @@ NOT_AT_STARTUP = [
     "numpy",
     "tokenizers",
     "safetensors",
+    "threadpoolctl",
     "openwop_memory.retrieval.nearest",
     # The [mcp] extra is installed in the test venv: `openwop-memory mcp` alone imports it.
     "openwop_memory.mcp_server",
