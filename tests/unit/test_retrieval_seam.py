@@ -111,6 +111,8 @@ def test_similarities_of_int8_rows_are_those_of_their_float32_copy() -> None:
         stored = rng.integers(-127, 128, size=(rows, dimensions), dtype=np.int8)
         query = rng.integers(-127, 128, size=dimensions).astype(np.float32)
         wide = stored.astype(np.float32)
+        exact = np.sqrt((stored.astype(np.int64) ** 2).sum(axis=1).astype(np.float64))
+        assert np.array_equal(norms_of(stored), np.where(exact == 0, 1.0, exact))
         assert np.array_equal(norms_of(stored), norms_of(wide))
         assert np.array_equal(
             similarities(stored, norms_of(stored), query), similarities(wide, norms_of(wide), query)
