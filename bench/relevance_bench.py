@@ -7,8 +7,10 @@ runs it alone.
   most entries, most words in few), each with its vector, then times ``Search.search``
   (limit 100) with the query's vector, as ``memory.list`` calls it: hybrid (keywords and
   meaning), meaning only and keywords only, for a query of two specific words and one
-  holding a common word (the keyword side weighs every match). The first search of the
-  scope, which loads the vectors into the cache, is reported on its own. Then another
+  holding a common word (the keyword side weighs every match). The first keyword search
+  after the load (which waits for the full-text index, built after the puts' commits) and
+  then the first search by meaning (which loads the vectors into the cache, as the first
+  one after a start does) are reported on their own. Then another
   tenant's empty scope searches (keywords) the big scope's most common word and a word
   nobody wrote: the same cost, as a search reads only its own scope's index.
 - **Cost per put.** CPU per put of 1 KiB entries (every thread of the process: the writer's
@@ -145,6 +147,10 @@ async def _latency(
         # Two specific words (each stem in about 0.2 % of the entries), and two of which
         # one is in about 9 % (stemming folds many words of the vocabulary into it).
         specific, common = f"{words[2000]} {words[3000]}", f"{words[300]} {words[800]}"
+        # The keyword index is built after the puts' commits: the first search after a
+        # bulk load waits for it. Timed on its own, so that the next row is the vectors'
+        # load alone, as the first search after a start pays it (the index is on disk).
+        catch_up = await search(specific, meaning=False)
         first = await search(specific)
         hybrid = await timings(specific)
         hybrid_common = await timings(common)
@@ -172,6 +178,11 @@ async def _latency(
         Metric(
             "relevance list(100) p50, keywords only, a common word",
             _ms(keyword_common, 0.5),
+            "ms",
+        ),
+        Metric(
+            "first keyword list after loading (waits for the full-text index)",
+            catch_up * 1e3,
             "ms",
         ),
         Metric("first relevance list of the scope (loads its vectors)", first * 1e3, "ms"),
@@ -391,6 +402,14 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
             )
             return time.perf_counter() - started
 
+        await searcher.search(  # the full-text index catches up (see _latency)
+            scope=SCOPE,
+            snapshot=snapshot,
+            now_us=now_us(),
+            terms=query_terms(specific),
+            limit=100,
+            tag=None,
+        )
         first = await timed()
         hybrid = sorted([await timed() for _ in range(config.samples)])
     finally:
@@ -406,7 +425,12 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
         ),
         Metric("the same, p99, all-minilm-l6-v2", _ms(hybrid, 0.99), "ms"),
         Metric("a new query's embedding CPU p50, all-minilm-l6-v2", _ms(embedding, 0.5), "ms"),
-        Metric("first relevance list of the scope, all-minilm-l6-v2", first * 1e3, "ms"),
+        Metric(
+            "first relevance list of the scope (loads its vectors), all-minilm-l6-v2",
+            first * 1e3,
+            "ms",
+            Target("<=", 1000),
+        ),
         Metric(
             "vector cache per 100k entries (memory), all-minilm-l6-v2",
             _PER_100K * row_bytes(encoder.dimensions) / 2**20,

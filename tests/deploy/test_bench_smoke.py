@@ -150,6 +150,7 @@ RELEVANCE = [
     "relevance list(100) p50, keywords only",
     "relevance list(100) p50, hybrid, a common word",
     "relevance list(100) p50, keywords only, a common word",
+    "first keyword list after loading (waits for the full-text index)",
     "first relevance list of the scope (loads its vectors)",
     "search cost p50, empty scope, a word common in another tenant",
     "search cost p50, empty scope, a word nobody wrote",
