@@ -388,7 +388,7 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
             encoder.embed([f"{specific} {len(embedding)}"])  # a new query each time
             embedding.append(time.process_time() - started)
 
-        async def timed() -> float:
+        async def timed(vector: bytes | None = query) -> float:
             started = time.perf_counter()
             await searcher.search(
                 scope=SCOPE,
@@ -397,19 +397,12 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
                 terms=query_terms(specific),
                 limit=100,
                 tag=None,
-                vector=query,
+                vector=vector,
                 weights=weights,
             )
             return time.perf_counter() - started
 
-        await searcher.search(  # the full-text index catches up (see _latency)
-            scope=SCOPE,
-            snapshot=snapshot,
-            now_us=now_us(),
-            terms=query_terms(specific),
-            limit=100,
-            tag=None,
-        )
+        await timed(vector=None)  # the full-text index catches up (see _latency)
         first = await timed()
         hybrid = sorted([await timed() for _ in range(config.samples)])
     finally:

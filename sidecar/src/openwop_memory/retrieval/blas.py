@@ -8,6 +8,11 @@ threads would also take the cores from the event loop while they spin. So the ve
 cache scores a big scope in parts on worker threads of its own
 (:func:`~openwop_memory.retrieval.nearest.VectorCache.nearest`), and BLAS runs each
 product on the thread that asked for it.
+
+The encoders used to set ``OPENBLAS_NUM_THREADS`` when imported, which OpenBLAS reads only
+when numpy first loads it: whenever the vector cache's module imported numpy first, the
+setting came too late, and the product ran on OpenBLAS's threads. threadpoolctl limits the
+library once loaded, whichever vendor numpy was built with.
 """
 
 from __future__ import annotations

@@ -27,15 +27,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-# One BLAS thread, as in wordllama.py (and for the same reason): read when numpy is first
-# imported, which in the sidecar is after this module.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 if TYPE_CHECKING:
     import numpy as np

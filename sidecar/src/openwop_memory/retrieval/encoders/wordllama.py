@@ -28,19 +28,11 @@ same vectors therefore give the same scores, on any machine and after any restar
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-# One BLAS thread: a matrix-vector product over a scope is memory-bound, and OpenBLAS's own
-# threads, contending with the sidecar's for few cores, made it up to 50 times slower here.
-# OpenBLAS reads this when numpy is first imported, which in the sidecar is after this
-# module (numpy is imported by load() and the vector cache only); a process that imported
-# numpy before keeps its own setting.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 if TYPE_CHECKING:  # numpy comes with the extra; this module imports it only when loading
     import numpy as np
@@ -195,6 +187,20 @@ def query_vector(vector: bytes) -> npt.NDArray[np.float32]:
 _BLOCK_ROWS = 2048
 
 
+def _widened(matrix: npt.NDArray[Any]) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """``matrix``'s rows as float32, :data:`_BLOCK_ROWS` at a time, each block with the
+    index of its first row. One buffer serves every block: a block is valid until the
+    next is asked for."""
+    import numpy as np
+
+    buffer = np.empty((min(_BLOCK_ROWS, len(matrix)), matrix.shape[1]), np.float32)
+    for start in range(0, len(matrix), _BLOCK_ROWS):
+        rows = matrix[start : start + _BLOCK_ROWS]
+        block = buffer[: len(rows)]
+        block[...] = rows
+        yield start, block
+
+
 def similarities(
     matrix: npt.NDArray[Any], norms: npt.NDArray[np.float64], query: npt.NDArray[np.float32]
 ) -> npt.NDArray[np.float64]:
@@ -208,12 +214,8 @@ def similarities(
         dots = matrix @ query  # integers below 2**24: exact in float32
     else:
         dots = np.empty(len(matrix), np.float32)
-        block = np.empty((min(_BLOCK_ROWS, len(matrix)), matrix.shape[1]), np.float32)
-        for start in range(0, len(matrix), _BLOCK_ROWS):
-            rows = matrix[start : start + _BLOCK_ROWS]
-            widened = block[: len(rows)]
-            widened[...] = rows
-            np.dot(widened, query, out=dots[start : start + len(rows)])
+        for start, block in _widened(matrix):
+            np.dot(block, query, out=dots[start : start + len(block)])
     result: npt.NDArray[np.float64] = dots.astype(np.float64) / norms
     return result
 
@@ -226,13 +228,9 @@ def norms_of(matrix: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
     # A block at a time, as :func:`similarities` reads: widening a 100,000-row scope at
     # once took a 147 MiB float32 copy, whose first use alone cost a third of a second.
     squares = np.empty(len(matrix), np.float32)
-    block = np.empty((min(_BLOCK_ROWS, len(matrix)), matrix.shape[1]), np.float32)
-    for start in range(0, len(matrix), _BLOCK_ROWS):
-        rows = matrix[start : start + _BLOCK_ROWS]
-        wide = block[: len(rows)]
-        wide[...] = rows
+    for start, block in _widened(matrix):
         # Integers below 2**24: exact in float32, whatever the order of summation.
-        np.einsum("ij,ij->i", wide, wide, out=squares[start : start + len(rows)])
+        np.einsum("ij,ij->i", block, block, out=squares[start : start + len(block)])
     result: npt.NDArray[np.float64] = np.sqrt(squares.astype(np.float64))
     # An all-zero row cannot come from quantize (its largest component is 127).
     result[result == 0.0] = 1.0
