@@ -11,7 +11,6 @@ put may store in ``put_policy.py``, which keyring it redacts with in ``keyring_c
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -788,14 +787,13 @@ class MemoryService:
         scope = self._refs.resolve(params.memoryRef, handle.tenant)
         if scope is None:
             raise ValidationError("malformed memoryRef", {"field": "memoryRef"})
+        # The vector is computed after the put (the indexer), from the redacted content
+        # only: no secret can reach it.
+        vector = PENDING_VECTOR if self._embedding.installed else None
         with self._runs.using(handle):
             keyring = await self._keyrings.for_run(handle)
             uid = CALLER_UID.get()
-            request = await policy.redacted_request(keyring, scope, params, expires_us, uid)
-        # The vector is computed after the put (the indexer), from the redacted content
-        # only: no secret can reach it.
-        if self._embedding.installed:
-            request = dataclasses.replace(request, vector=PENDING_VECTOR)
+            request = await policy.redacted_request(keyring, scope, params, expires_us, uid, vector)
         storage = self._storage
         result = await storage.put(request=request, now_us=storage.clock_us())
         if result.outcome is PutOutcome.STORED and request.vector is not None:

@@ -102,11 +102,13 @@ class PutPolicy:
         params: PutParams,
         expires_us: int | None,
         uid: int | None = None,
+        vector: bytes | None = None,
     ) -> PutRequest:
         """The entry of ``params``, redacted with ``keyring``, as storage stores it in
         ``scope``: empty and repeated tags dropped, the digest over the redacted entry, the
         idempotency key as a keyed digest. ``uid``: the caller's Unix user, whose turn at
-        the redaction thread a large entry waits for.
+        the redaction thread a large entry waits for; ``vector``: the request's (see
+        :class:`PutRequest`).
 
         :raises SecretLeakageError: the policies refuse what was found, or a secret
             survived rewriting (``details.field``, ``details.secretIds``).
@@ -132,6 +134,7 @@ class PutPolicy:
             expires_us,
             key,
             digest,
+            vector=vector,
             entry_key=entry_key,
             expected_revision=None if keyed is None else keyed.expectedRevision,
         )
