@@ -172,15 +172,16 @@ def test_protocol_doc_states_the_rankings_numbers() -> None:
 
     from openwop_memory.retrieval.encoders import STRONG_MODEL
     from openwop_memory.retrieval.fusion import weights_for
-    from openwop_memory.retrieval.search import CONTEXT_LINKED, candidate_pool
+    from openwop_memory.retrieval.search import CONTEXT_LINKED, candidate_pool, context_linked
     from openwop_memory.retrieval.time_cues import SAYS_WHEN
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "PROTOCOL.md").read_text()
     page = " ".join(page.split())
     light, strong = weights_for(DEFAULT_MODEL), weights_for(STRONG_MODEL)
-    assert candidate_pool(1) == 40 and candidate_pool(100) == 200
-    assert "`max(2 \u00d7 limit, 40)`" in page  # a multiplication sign
-    assert f"`min(max(limit, 20), {CONTEXT_LINKED})`" in page  # the best half of the pool
+    assert candidate_pool(1) == 40 and candidate_pool(100) == 150 and candidate_pool(41) == 61
+    assert "`max(limit + \u230alimit / 2\u230b, 40)`" in page  # floor brackets
+    assert [context_linked(n) for n in (1, 30, 100)] == [20, 30, CONTEXT_LINKED]
+    assert f"`min(max(limit, 20), {CONTEXT_LINKED})`" in page
     assert f"{light.meaning}, {light.floor} and {light.related} for the default WordLlama" in page
     assert f"{strong.meaning}, {strong.floor} and {strong.related} for `all-minilm-l6-v2`" in page
     assert f"{1 + SAYS_WHEN} times as much, every score then divided by {1 + SAYS_WHEN}" in page

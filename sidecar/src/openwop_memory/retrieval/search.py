@@ -35,11 +35,19 @@ list(100) on a 100,000-entry scope, linking all 100 took 3 to 4 ms more than non
 
 
 def candidate_pool(limit: int) -> int:
-    """How many candidates each side brings to fusion for an answer of ``limit``: more than
-    ``limit``, so that an entry second on both sides can pass one first on only one (and,
-    for a short answer, 40: enough for context to lift a neighbour from below the first
-    20, which measured better on conversations)."""
-    return max(2 * limit, 40)
+    """How many candidates each side brings to fusion for an answer of ``limit``: half as
+    many again as ``limit``, so that an entry second on both sides can pass one first on
+    only one (and, for a short answer, 40: enough for context to lift a neighbour from
+    below the first 20, which measured better on conversations). Twice ``limit`` cost a
+    list(100) of a 100,000-entry scope about 1 ms more, for entries that could only fuse
+    into the answer's tail."""
+    return max(limit + limit // 2, 40)
+
+
+def context_linked(limit: int) -> int:
+    """How many of the best candidates an answer of ``limit`` links to their neighbours:
+    ``limit``, at least 20 and at most :data:`CONTEXT_LINKED`."""
+    return min(max(limit, 20), CONTEXT_LINKED)
 
 
 async def side_by_side(*calls: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -95,7 +103,7 @@ class Search:
         when (``when``, :func:`~openwop_memory.retrieval.time_cues.asks_when`), an entry
         that says when (:func:`~openwop_memory.retrieval.time_cues.says_when`) weighs
         :data:`~openwop_memory.retrieval.time_cues.SAYS_WHEN` more. Then each of the best
-        half of the candidates (at most :data:`CONTEXT_LINKED`) is linked to the entries
+        :func:`context_linked` candidates is linked to the entries
         before and after it in the snapshot, which are scored too, and every score counts
         the best linked one's (:func:`~openwop_memory.retrieval.context.with_context`).
 
@@ -162,9 +170,11 @@ class Search:
         pool = candidate_pool(limit)
         keyword_rows: list[tuple[int, float, EntryRow]] = []
         nearest: list[tuple[int, float]] = []
-        found: dict[int, EntryRow] = {}  # the rows the checks kept
+        found: dict[int, EntryRow] = {}  # the rows read so far, of entries the checks kept
 
-        async def check(seqs: list[int]) -> tuple[set[int], set[int]]:
+        async def check(seqs: list[int], rows: bool = when) -> tuple[set[int], set[int]]:
+            # Candidates are checked without their rows (only the answer's are read, at the
+            # end), unless the time cues must read every candidate's text.
             checked = await self._storage.check_candidates(
                 scope=scope,
                 snapshot=snapshot,
@@ -173,9 +183,10 @@ class Search:
                 tag=tag,
                 max_tokens=max_tokens,
                 where=where,
+                rows=rows,
             )
-            found.update(checked.kept)
-            return set(checked.kept), checked.stored
+            found.update(checked.rows)
+            return checked.kept, checked.stored
 
         async def by_keywords() -> None:
             keyword_rows.extend(await keyword(pool))
@@ -205,12 +216,11 @@ class Search:
         fused = fuse(keyword_list, list(near.items()), weights=weights)
         links: dict[int, tuple[int | None, int | None]] = {}
         if weights.context > 0:
-            # The neighbours in the snapshot (their rows kept by ``check``) of the best
-            # half, at most CONTEXT_LINKED, scored as any candidate is: their keyword
-            # score if listed, and their cosine.
+            # The neighbours in the snapshot (kept by ``check``) of the best few, scored as
+            # any candidate is: their keyword score if listed, and their cosine.
             links = await vectors.adjacent(
                 scope,
-                [seq for seq, _ in fused[: min(pool // 2, CONTEXT_LINKED)]],
+                [seq for seq, _ in fused[: context_linked(limit)]],
                 snapshot_seq=snapshot,
                 now_us=now_us,
                 dimensions=len(vector),
@@ -230,7 +240,17 @@ class Search:
             }
         scored = with_context(scores, links, weight=weights.context)
         ranked = sorted(scored.items(), key=lambda item: (-item[1], -item[0]))
-        return [found[seq]._replace(score=score) for seq, score in ranked[:limit]]
+        answer: list[EntryRow] = []
+        start = 0
+        while len(answer) < limit and start < len(ranked):
+            window = ranked[start : start + limit - len(answer)]
+            start += len(window)
+            unread = [seq for seq, _ in window if seq not in found]
+            if unread:
+                await check(unread, rows=True)
+            # An entry a sweep or forget removed since its check is gone: the next fill in.
+            answer.extend(found[seq]._replace(score=score) for seq, score in window if seq in found)
+        return answer
 
     async def prefetch(self, *, scope: Scope, dimensions: int, embed: Embed | None) -> None:
         """Load ``scope``'s vectors of ``dimensions`` into memory now, as the next search by

@@ -259,11 +259,13 @@ class KeywordCandidates:
 
 @dataclass(frozen=True, slots=True)
 class CandidateCheck:
-    """What :meth:`Storage.check_candidates` found: the rows a search keeps, by ``seq``, and
-    the ``seq`` of every candidate still stored."""
+    """What :meth:`Storage.check_candidates` found: the ``seq`` of the candidates a search
+    keeps, of every candidate still stored, and the rows of those kept when they were
+    asked for (empty otherwise)."""
 
-    kept: dict[int, EntryRow]
+    kept: set[int]
     stored: set[int]
+    rows: dict[int, EntryRow] = field(default_factory=dict)
 
 
 class PutOutcome(enum.Enum):
@@ -611,10 +613,12 @@ class WorkerPath(Protocol):
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> CandidateCheck:
         """Of the entries of ``scope`` numbered ``seqs``: those :meth:`list` would consider
-        (same visibility, tag, token and ``where`` rules), with their rows, and those still
-        stored at all (a sweep or forget removes rows)."""
+        (same visibility, tag, token and ``where`` rules), with their rows if ``rows``, and
+        those still stored at all (a sweep or forget removes rows). Without ``rows`` the
+        check reads no content: a search checks many more candidates than it answers with."""
 
     async def list(
         self,

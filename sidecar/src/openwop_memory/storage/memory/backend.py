@@ -305,6 +305,7 @@ class MemoryStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> CandidateCheck:
         database = self._db()
         kept: dict[int, EntryRow] = {}
@@ -317,7 +318,7 @@ class MemoryStorage:
             small = max_tokens is None or row.entry.tokens <= max_tokens
             if small and considered(row, cast(int, snapshot), now_us, tag, where):
                 kept[seq] = row.entry
-        return CandidateCheck(kept, stored)
+        return CandidateCheck(set(kept), stored, kept if rows else {})
 
     async def list(
         self,

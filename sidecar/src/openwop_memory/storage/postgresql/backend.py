@@ -789,20 +789,23 @@ class PostgresqlStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> CandidateCheck:
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, list(seqs)]
         args += [max_tokens, tag]
         conditions = _where_sql(where, args)
+        columns = f", {_ENTRY_COLUMNS}" if rows else ""
         sql = (
             f"SELECT e.seq, {_VISIBLE} AND ($6::integer IS NULL OR e.tokens <= $6)"
             " AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM entry_tags t"
-            f" WHERE t.scope_pk = e.scope_pk AND t.tag = $7 AND t.seq = e.seq)){conditions},"
-            f" {_ENTRY_COLUMNS} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
+            f" WHERE t.scope_pk = e.scope_pk AND t.tag = $7 AND t.seq = e.seq)){conditions}"
+            f"{columns} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}"
             " AND e.seq = ANY($5::bigint[])"
         )
-        rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        kept = {r[0]: _row(tuple(r)[2:]) for r in rows if r[1]}
-        return CandidateCheck(kept, {r[0] for r in rows})
+        found = await self._read(lambda conn: conn.fetch(sql, *args))
+        kept = {r[0] for r in found if r[1]}
+        hydrated = {r[0]: _row(tuple(r)[2:]) for r in found if r[1]} if rows else {}
+        return CandidateCheck(kept, {r[0] for r in found}, hydrated)
 
     async def list(
         self,

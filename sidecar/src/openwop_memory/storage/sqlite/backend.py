@@ -929,6 +929,7 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> CandidateCheck:
         params: dict[str, Any] = {
             "tenant": scope.tenant,
@@ -940,17 +941,20 @@ class SqliteStorage:
             "seqs": orjson.dumps(list(seqs)).decode(),
         }
         conditions = _where_sql(where, params)
+        columns = f", {_ENTRY_COLUMNS}" if rows else ""
         sql = (
             f"SELECT e.seq, {_VISIBLE}"
             " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
             " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
-            f" AND t.seq = e.seq)){conditions}, {_ENTRY_COLUMNS}"
+            f" AND t.seq = e.seq)){conditions}{columns}"
             " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
             f" AND e.scope_pk = {_SCOPE_PK}"
         )
         with translate_errors():
-            rows = await _fetch(self._reader(), sql, params)
-        return CandidateCheck({r[0]: _row(r[2:]) for r in rows if r[1]}, {r[0] for r in rows})
+            found = await _fetch(self._reader(), sql, params)
+        kept = {r[0] for r in found if r[1]}
+        hydrated = {r[0]: _row(r[2:]) for r in found if r[1]} if rows else {}
+        return CandidateCheck(kept, {r[0] for r in found}, hydrated)
 
     async def list(
         self,
