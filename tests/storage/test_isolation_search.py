@@ -86,3 +86,53 @@ async def test_a_word_common_in_another_tenant_costs_an_empty_scope_nothing(
         assert [r.content for r in own_a] == ["a note of tenant a about penguins"]
     finally:
         await store.close()
+
+
+async def test_in_a_big_scope_a_rare_word_is_looked_up_alone_and_a_common_one_within_it(
+    tmp_path: Path,
+) -> None:
+    """Past ``_UNSCOPED_MAX`` entries a scope's own doclist costs more than a rare word's
+    hits elsewhere: such a word is looked up alone and its hits of other scopes dropped,
+    while a word common elsewhere is still looked up within the scope only."""
+    from openwop_memory.storage.sqlite.backend import _UNSCOPED_MAX
+
+    path = tmp_path / "memory.db"
+    store = SqliteStorage(str(path))
+    await store.open()
+    c = Scope("tenant-c", "notes")
+    big = _UNSCOPED_MAX + 500
+    try:
+        start = now_us() - 10_000_000
+
+        def entries(scope: Scope, texts: list[str]) -> list[StoredEntry]:
+            return [
+                StoredEntry(scope, EntryRow(f"{scope.tenant}-{i}", t, (), start + i, None, 0))
+                for i, t in enumerate(texts)
+            ]
+
+        texts = [f"penguin note {i}" for i in range(big)] + ["walrus in a", "narwhal in a"]
+        await store.import_entries(entries=entries(A, texts))
+        await store.import_entries(entries=entries(B, [f"walrus {i}" for i in range(B_ENTRIES)]))
+        await store.import_entries(entries=entries(c, [f"narwhal {i}" for i in range(5)]))
+        snap = await fresh_snapshot(store, A.tenant)
+        now = now_us()
+        search = Search(store)
+        for word, found in (("walrus", "walrus in a"), ("narwhal", "narwhal in a")):
+            hits = await search.search(
+                scope=A, snapshot=snap, now_us=now, terms=[word], limit=10, tag=None
+            )
+            assert [r.content for r in hits] == [found]
+
+        def steps(words: str) -> int:
+            sql, params = _keyword_query(A, snap, now, query_terms(words), 10, None, None, None)
+            return _vm_steps(path, sql, params)[1]
+
+        absent = steps("dugong")
+        # B's 3,000 walruses cost A at most the probe that finds the word common (about 8
+        # steps a posting read, _UNSCOPED_MAX + 1 of them), never a join of B's hits;
+        # C's 5 narwhals are read and dropped.
+        walrus, narwhal = steps("walrus"), steps("narwhal")
+        assert absent < walrus <= absent + 8 * (_UNSCOPED_MAX + 1), (walrus, absent)
+        assert narwhal > absent + 5 * 5, (narwhal, absent)
+    finally:
+        await store.close()
