@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Literal, cast
 
 import aiosqlite
@@ -344,7 +343,7 @@ class SqliteStorage:
         )
         self._keywords = KeywordIndexer(self._writer)
         self._readers: list[aiosqlite.Connection] = []
-        self._next_reader: Iterator[int] = iter(())
+        self._reading: list[int] = []  # statements under way on each reader
         self._closed = False
         self._scope_pks = ScopeCache(scope_cache_size)
         # A commit in flight longer than this is stuck: waiting for another process's
@@ -388,7 +387,7 @@ class SqliteStorage:
         except StorageStartupError:
             await self.close()
             raise
-        self._next_reader = itertools.cycle(range(len(self._readers)))
+        self._reading = [0] * len(self._readers)
         gauges = await self.gauges()
         log.info(
             "database_opened",
@@ -507,7 +506,7 @@ class SqliteStorage:
         if not isinstance(rows, NotNow):
             return rows
         with translate_errors():
-            return await _fetch(self._reader(), sql, params)
+            return await self._read(sql, params)
 
     async def _connect_reader(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
@@ -616,7 +615,7 @@ class SqliteStorage:
 
     async def ref_key(self) -> bytes:
         with translate_errors():
-            rows = await _fetch(self._reader(), "SELECT value FROM meta WHERE key = 'ref_mac_key'")
+            rows = await self._read("SELECT value FROM meta WHERE key = 'ref_mac_key'")
         return bytes(rows[0][0])
 
     async def begin_run(
@@ -888,10 +887,23 @@ class SqliteStorage:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def _reader(self) -> aiosqlite.Connection:
+    async def _read(self, sql: str, params: Any = ()) -> list[Any]:
+        """``sql``'s rows, read on the reader connection with the fewest statements under
+        way: a relevance search runs several side by side, and taking turns could queue
+        one behind another's long statement on the same connection while the other
+        connection idled.
+
+        :raises UpstreamUnavailableError: once the store is closing.
+        :raises sqlite3.Error: from the statement (callers translate it).
+        """
         if self._closed or not self._readers:
             raise UpstreamUnavailableError("the sidecar is shutting down", {"backend": "sqlite"})
-        return self._readers[next(self._next_reader)]
+        reader = min(range(len(self._readers)), key=self._reading.__getitem__)
+        self._reading[reader] += 1
+        try:
+            return await _fetch(self._readers[reader], sql, params)
+        finally:
+            self._reading[reader] -= 1
 
     async def find_runs(self, *, run_id: str, retention_cutoff_us: int) -> Sequence[RunRecord]:
         rows = await self._point_read(
@@ -921,7 +933,7 @@ class SqliteStorage:
         await self._keywords.through(cast(int, snapshot))
         sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
         with translate_errors():
-            rows = await _fetch(self._reader(), sql, params)
+            rows = await self._read(sql, params)
         if not rows:
             return KeywordCandidates([])
         counts = tuple(int(n) for n in rows[0][3].split(","))
@@ -931,8 +943,7 @@ class SqliteStorage:
 
     async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
+            rows = await self._read(
                 "SELECT e.seq, e.expires_us, e.embedding, CASE WHEN e.embedding = :pending"
                 " THEN e.content END FROM entries e"
                 f" WHERE e.scope_pk = {_SCOPE_PK} AND e.seq > :after"
@@ -978,7 +989,7 @@ class SqliteStorage:
             f" AND e.scope_pk = {_SCOPE_PK}"
         )
         with translate_errors():
-            found = await _fetch(self._reader(), sql, params)
+            found = await self._read(sql, params)
         kept = {r[0] for r in found if r[1]}
         hydrated = {r[0]: _row(r[2:]) for r in found if r[1]} if rows else {}
         return CandidateCheck(kept, {r[0] for r in found}, hydrated)
@@ -1020,7 +1031,7 @@ class SqliteStorage:
                 f" AND {_VISIBLE}{small} ORDER BY t.seq DESC LIMIT :limit"
             )
         with translate_errors():
-            rows = await _fetch(self._reader(), sql, params)
+            rows = await self._read(sql, params)
         return [_row(r) for r in rows]
 
     def _selection(
@@ -1068,7 +1079,7 @@ class SqliteStorage:
             " ORDER BY e.seq DESC LIMIT :limit"
         )
         with translate_errors():
-            rows = await _fetch(self._reader(), sql, params)
+            rows = await self._read(sql, params)
         return [(int(r[0]), _row(r[1:])) for r in rows]
 
     async def count(
@@ -1082,13 +1093,12 @@ class SqliteStorage:
     ) -> int:
         selection, params = self._selection(scope, snapshot, now_us, tag, where)
         with translate_errors():
-            rows = await _fetch(self._reader(), f"SELECT count(*) {selection}", params)
+            rows = await self._read(f"SELECT count(*) {selection}", params)
         return int(rows[0][0])
 
     async def changes(self, *, tenant: str, after: int, limit: int) -> Sequence[Change]:
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
+            rows = await self._read(
                 "SELECT c.pos, s.key, c.entry_id, c.op, c.at_us FROM changes c"
                 " JOIN scopes s ON s.scope_pk = c.scope_pk WHERE c.tenant = ? AND c.pos > ?"
                 " ORDER BY c.pos LIMIT ?",
@@ -1121,7 +1131,7 @@ class SqliteStorage:
             "before": 2**62 if before is None else before,
         }
         with translate_errors():
-            rows = await _fetch(self._reader(), _HISTORY_SQL, params)
+            rows = await self._read(_HISTORY_SQL, params)
         return [_revision(r) for r in rows]
 
     def get_now(
@@ -1257,8 +1267,7 @@ class SqliteStorage:
 
     async def list_runs(self, *, limit: int) -> Sequence[RunInfo]:
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
+            rows = await self._read(
                 "SELECT run_id, tenant, snapshot_us, touched_us, snapshot_seq IS NOT NULL"
                 " FROM runs ORDER BY touched_us DESC LIMIT ?",
                 (limit,),
@@ -1267,8 +1276,7 @@ class SqliteStorage:
 
     async def list_scopes(self, *, tenant: str, now_us: int) -> Sequence[ScopeInfo]:
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
+            rows = await self._read(
                 "SELECT s.key, count(e.seq) FROM scopes s LEFT JOIN entries e"
                 " ON e.scope_pk = s.scope_pk AND e.deleted_seq IS NULL"
                 " AND (e.expires_us IS NULL OR e.expires_us > ?)"
@@ -1279,8 +1287,7 @@ class SqliteStorage:
 
     async def find_entry(self, *, entry_id: str) -> FoundEntry | None:
         with translate_errors():
-            rows = await _fetch(
-                self._reader(),
+            rows = await self._read(
                 f"SELECT {_ENTRY_COLUMNS}, s.tenant, s.key, e.deleted_seq IS NOT NULL,"
                 # A supersede ends a revision at the seq of the row that replaced it.
                 " (SELECT n.id FROM entries n WHERE n.seq = e.deleted_seq)"
@@ -1447,7 +1454,7 @@ class SqliteStorage:
             except OSError:
                 sizes.append(None)
         with translate_errors():
-            rows = await _fetch(self._reader(), _COUNTS_SQL, (self._clock(),))
+            rows = await self._read(_COUNTS_SQL, (self._clock(),))
         entries, scopes = rows[0]
         return StorageGauges(
             database_bytes=sizes[0],
@@ -1479,7 +1486,7 @@ class SqliteStorage:
             if st.f_bavail * st.f_frsize < _LOW_DISK_BYTES:
                 problems.append("disk_full")
         with translate_errors():
-            rows = await _fetch(self._reader(), "SELECT seq FROM clock")
+            rows = await self._read("SELECT seq FROM clock")
         properties: dict[str, str | int | bool] = {
             "journalMode": "wal",
             "synchronous": self.synchronous,
