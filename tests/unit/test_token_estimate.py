@@ -15,6 +15,8 @@ from pydoc_data.topics import topics
 
 import bpe_openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from openwop_memory.retrieval.text import MAX_QUERY_TERMS, STOP_WORDS, query_terms
 from openwop_memory.token_count import estimate_tokens
 
@@ -77,3 +79,39 @@ def test_query_terms() -> None:
     assert {"the", "and", "of", "is"} <= STOP_WORDS
     many = " ".join(f"w{n}" for n in range(100))
     assert query_terms(many) == [f"w{n}" for n in range(MAX_QUERY_TERMS)]
+
+
+def _by_the_rule(text: str) -> int:
+    """The module docstring's rule applied run by run, plainly (the reference the fast
+    counting must equal)."""
+    count = text.count("\n")
+    for run in re.findall(r"[A-Za-z]+|[0-9]+|[!-/:-@\[-`{-~]+|[ \t\n\r\x0b\x0c]+|.", text, re.S):
+        n = len(run)
+        if run[0].isascii() and run[0].isalpha():
+            count += 1 + max(0, n - 3) // 4
+        elif run[0] in "0123456789":
+            count += (n + 2) // 3
+        elif run[0] in " \t\n\r\x0b\x0c":
+            count += 2 if n >= 2 else 0
+        elif run[0].isascii() and run[0].isprintable():
+            count += (n + 1) // 2
+        else:
+            count += len(run.encode("utf-8", "surrogatepass")) - 1
+    return count
+
+
+_PIECES = st.sampled_from(["a", "Z", "0", "!", "_", " ", "\t", "\n", "\x00", "é", "€", "😀"])
+
+
+@given(
+    st.lists(st.tuples(_PIECES, st.sampled_from([1, 2, 3, 4, 6, 7, 10, 11, 12, 300]))).map(
+        lambda runs: "".join(piece * n for piece, n in runs)
+    )
+    | st.text()
+)
+def test_the_counting_is_the_rule(text: str) -> None:
+    assert estimate_tokens(text) == _by_the_rule(text)
+
+
+def test_the_rule_on_the_reference_prose() -> None:
+    assert [estimate_tokens(t) for t in _english()] == [_by_the_rule(t) for t in _english()]
