@@ -89,6 +89,7 @@ from .schema import LATEST_VERSION, MIGRATIONS
 from .serve_lock import FileServeLock
 from .writer import (
     BATCH_BUCKETS,
+    INSERT_CHANGE,
     WAL_CHECKPOINT_BYTES,
     EntryInsert,
     GroupCommit,
@@ -140,9 +141,6 @@ _HISTORY_SQL = (
     f" WHERE k.scope_pk = {_SCOPE_PK} AND k.key = :ekey"
     " AND (e.expires_us IS NULL OR e.expires_us > :now) AND k.revision < :before"
     " ORDER BY k.revision DESC LIMIT :limit"
-)
-_CHANGE = (
-    "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us, seq) VALUES (?, ?, ?, ?, ?, ?)"
 )
 # The live entries and the scopes, exactly. Every row is counted off the narrowest index
 # (about 7 ms for a million entries), then the tombstones and the expired rows the sweep
@@ -747,9 +745,7 @@ class SqliteStorage:
             if key is not None:
                 txn.keys.append(KeyInsert(scope_pk, key, request.digest, seq, now_us))
             if head is None or request.entry_key is None:
-                txn.later.append(
-                    (_CHANGE, (request.scope.tenant, scope_pk, row.id, "put", created_us, seq))
-                )
+                txn.changes.append((request.scope.tenant, scope_pk, row.id, "put", created_us, seq))
                 return PutResult(PutOutcome.STORED, row)
             latest, _, current_seq, current_id = head
             revision = latest + 1
@@ -772,9 +768,9 @@ class SqliteStorage:
                 )
                 assert current_id is not None
                 change = (request.scope.tenant, scope_pk, current_id, "supersede", created_us, seq)
-                txn.later.append((_CHANGE, change))
+                txn.changes.append(change)
             change = (request.scope.tenant, scope_pk, row.id, "put", created_us, seq)
-            txn.later.append((_CHANGE, change))
+            txn.changes.append(change)
             txn.key_heads[(scope_pk, request.entry_key)] = (seq, revision, row.expires_us, row.id)
             txn.revisions[seq] = revision
             return PutResult(PutOutcome.STORED, row, revision, current_id)
@@ -876,7 +872,7 @@ class SqliteStorage:
                     "UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (deleted_us, rows[0][0])
                 )
                 txn.conn.execute(
-                    _CHANGE,
+                    INSERT_CHANGE,
                     (scope.tenant, rows[0][1], entry_id, "delete", deleted_us, deleted_seq),
                 )
                 return True
@@ -1396,7 +1392,7 @@ class SqliteStorage:
                 # feed tells of it, and a run as of a time before the import does not see
                 # it, as no run begun then did.
                 change = (item.scope.tenant, scope_pk, row.id, "put", at_us, seq)
-                txn.later.append((_CHANGE, change))
+                txn.changes.append(change)
             return len(fresh)
 
         stored: int = await self._writer.write(op)

@@ -149,6 +149,8 @@ class Txn:
     entries: list[EntryInsert] = field(default_factory=list)
     tags: list[tuple[int, str, int]] = field(default_factory=list)  # scope_pk, tag, seq
     keys: list[KeyInsert] = field(default_factory=list)
+    # Change-feed records, in order, inserted with one executemany after those rows.
+    changes: list[tuple[str, int, str, str, int, int]] = field(default_factory=list)
     # Statements run after those inserts, in order (they may name the rows inserted).
     later: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     # Keyed puts of this transaction: (scope_pk, entry key) -> the latest revision's
@@ -191,6 +193,9 @@ _INSERT_ENTRIES = (
 _INSERT_TAGS = "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)"
 _INSERT_KEYS = (
     "INSERT INTO idempotency (scope_pk, key, digest, entry_seq, created_us) VALUES (?, ?, ?, ?, ?)"
+)
+INSERT_CHANGE = (
+    "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us, seq) VALUES (?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -564,6 +569,7 @@ class GroupCommit:
                 ("entries", _INSERT_ENTRIES, txn.entries),
                 ("tags", _INSERT_TAGS, txn.tags),
                 ("keys", _INSERT_KEYS, txn.keys),
+                ("changes", INSERT_CHANGE, txn.changes),
             ):
                 if rows:
                     if fault is not None:
