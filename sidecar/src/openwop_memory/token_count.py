@@ -68,8 +68,8 @@ def estimate_tokens(text: str) -> int:
     # A newline costs 1 wherever it is (in a run of whitespace too, which errs high).
     count = data.count(b"\n") + len(data) - len(text)
     led = _LEAD + data
-    # Letters: a word of n costs 1 + (n - 3) // 4 (n >= 3). Every word starts at " x",
-    # and with its first 3 letters dropped, " xxxx" occurs (n - 3) // 4 times in it
+    # Letters: a word of n costs 1 + max(0, n - 3) // 4. Every word starts at " x", and
+    # with its first 3 letters dropped, "xxxx" occurs max(0, n - 3) // 4 times in it
     # (matches never overlap, nor span words).
     marked = led.translate(_LETTERS)
     count += marked.count(b" x") + marked.replace(b" xxx", b" ").count(b"xxxx")
