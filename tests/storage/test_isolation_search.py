@@ -91,16 +91,16 @@ async def test_a_word_common_in_another_tenant_costs_an_empty_scope_nothing(
 async def test_in_a_big_scope_a_rare_word_is_looked_up_alone_and_a_common_one_within_it(
     tmp_path: Path,
 ) -> None:
-    """Past ``_UNSCOPED_MAX`` entries a scope's own doclist costs more than a rare word's
+    """Past ``_BIG_SCOPE`` entries a scope's own doclist costs more than a rare word's
     hits elsewhere: such a word is looked up alone and its hits of other scopes dropped,
     while a word common elsewhere is still looked up within the scope only."""
-    from openwop_memory.storage.sqlite.backend import _UNSCOPED_MAX
+    from openwop_memory.storage.sqlite.backend import _BIG_SCOPE, _RARE_TERM
 
     path = tmp_path / "memory.db"
     store = SqliteStorage(str(path))
     await store.open()
     c = Scope("tenant-c", "notes")
-    big = _UNSCOPED_MAX + 500
+    big = _BIG_SCOPE + 500
     try:
         start = now_us() - 10_000_000
 
@@ -128,11 +128,11 @@ async def test_in_a_big_scope_a_rare_word_is_looked_up_alone_and_a_common_one_wi
             return _vm_steps(path, sql, params)[1]
 
         absent = steps("dugong")
-        # B's 3,000 walruses cost A at most the probe that finds the word common (about 8
-        # steps a posting read, _UNSCOPED_MAX + 1 of them), never a join of B's hits;
-        # C's 5 narwhals are read and dropped.
+        # B's 3,000 walruses cost A at most the probe that finds the word common (about 9
+        # steps a posting read, _RARE_TERM + 1 of them), never a join of B's hits; C's 5
+        # narwhals are read and dropped.
         walrus, narwhal = steps("walrus"), steps("narwhal")
-        assert absent < walrus <= absent + 8 * (_UNSCOPED_MAX + 1), (walrus, absent)
+        assert absent < walrus <= absent + 10 * (_RARE_TERM + 1), (walrus, absent)
         assert narwhal > absent + 5 * 5, (narwhal, absent)
     finally:
         await store.close()
