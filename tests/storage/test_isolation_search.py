@@ -136,3 +136,42 @@ async def test_in_a_big_scope_a_rare_word_is_looked_up_alone_and_a_common_one_wi
         assert narwhal > absent + 5 * 5, (narwhal, absent)
     finally:
         await store.close()
+
+
+async def test_a_candidate_check_looks_each_candidate_up_by_its_rowid(tmp_path: Path) -> None:
+    """A search's check reads each candidate's row once (by its rowid, the scope checked
+    on the row), not through the scope's index and then the row, and still keeps only the
+    scope's own."""
+    from openwop_memory.storage.sqlite.backend import _check_query
+
+    path = tmp_path / "memory.db"
+    store = SqliteStorage(str(path))
+    await store.open()
+    try:
+        a = await stored(store, put_request(A, "a note of tenant a"))
+        await stored(store, put_request(B, "a note of tenant b"))
+        now = now_us()
+
+        async def seq_of(scope: Scope) -> int:
+            snap = await fresh_snapshot(store, scope.tenant)
+            page = await store.page(
+                scope=scope, snapshot=snap, now_us=now, limit=5, tag=None, where=None, before=None
+            )
+            return page[0][0]
+
+        seq_a, seq_b = await seq_of(A), await seq_of(B)
+        snap = await fresh_snapshot(store, A.tenant)
+        sql, params = _check_query(A, snap, now, [seq_a, seq_b], None, None, None, False)
+        with sqlite3.connect(path) as conn:
+            plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+            found = conn.execute(sql, params).fetchall()
+        assert "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)" in plan, plan
+        assert "entries_by_scope" not in plan, plan
+        assert found == [(seq_a, 1)]  # B's entry is not A's
+        checked = await store.check_candidates(
+            scope=A, snapshot=snap, now_us=now, seqs=[seq_a, seq_b], tag=None
+        )
+        assert checked.kept == {seq_a} and checked.stored == {seq_a}
+        assert checked.rows[seq_a].id == a.id
+    finally:
+        await store.close()

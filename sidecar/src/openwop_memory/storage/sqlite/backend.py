@@ -287,6 +287,43 @@ def _keyword_query(
     return sql, params
 
 
+def _check_query(
+    scope: Scope,
+    snapshot: Snapshot,
+    now_us: int,
+    seqs: Sequence[int],
+    tag: str | None,
+    max_tokens: int | None,
+    where: ListFilter | None,
+    rows: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The statement of a candidate check (see :meth:`Storage.check_candidates`) and its
+    parameters: a row per candidate still stored, its ``seq``, whether the search keeps
+    it, and with ``rows`` its :data:`_ENTRY_COLUMNS`."""
+    params: dict[str, Any] = {
+        "tenant": scope.tenant,
+        "key": scope.key,
+        "snap": cast(int, snapshot),
+        "now": now_us,
+        "tag": tag,
+        "max_tokens": max_tokens,
+        "seqs": orjson.dumps(list(seqs)).decode(),
+    }
+    conditions = _where_sql(where, params)
+    columns = f", {_ENTRY_COLUMNS}" if rows else ""
+    sql = (
+        f"SELECT e.seq, {_VISIBLE}"
+        " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
+        " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
+        f" AND t.seq = e.seq)){conditions}{columns}"
+        " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
+        # "+": each candidate by its rowid, the scope checked on the row. Through the
+        # scope's index, each was two lookups (a check of 187: 0.70 ms against 0.47).
+        f" AND +e.scope_pk = {_SCOPE_PK}"
+    )
+    return sql, params
+
+
 def _row(r: Any) -> EntryRow:
     """An entry from a row of :data:`_ENTRY_COLUMNS`."""
     entry_id, content, tags_json, created_us, expires_us, tokens = r
@@ -969,25 +1006,7 @@ class SqliteStorage:
         where: ListFilter | None = None,
         rows: bool = True,
     ) -> CandidateCheck:
-        params: dict[str, Any] = {
-            "tenant": scope.tenant,
-            "key": scope.key,
-            "snap": cast(int, snapshot),
-            "now": now_us,
-            "tag": tag,
-            "max_tokens": max_tokens,
-            "seqs": orjson.dumps(list(seqs)).decode(),
-        }
-        conditions = _where_sql(where, params)
-        columns = f", {_ENTRY_COLUMNS}" if rows else ""
-        sql = (
-            f"SELECT e.seq, {_VISIBLE}"
-            " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
-            " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
-            f" AND t.seq = e.seq)){conditions}{columns}"
-            " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
-            f" AND e.scope_pk = {_SCOPE_PK}"
-        )
+        sql, params = _check_query(scope, snapshot, now_us, seqs, tag, max_tokens, where, rows)
         with translate_errors():
             found = await self._read(sql, params)
         kept = {r[0] for r in found if r[1]}
