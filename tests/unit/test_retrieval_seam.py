@@ -3,6 +3,7 @@ the recall work meet at, checked in-process."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -243,3 +244,71 @@ def test_search_doc_states_when_a_keyword_is_looked_up_alone() -> None:
     page = " ".join(page.split())
     assert f"in a scope of more than {_BIG_SCOPE:,} entries" in page
     assert f"held by at most {_RARE_TERM} entries of the whole database" in page
+
+
+@pytest.mark.parametrize(
+    ("cpus", "rows", "fills"), [(2, 9000, True), (4, 9000, False), (2, 100, False)]
+)
+@pytest.mark.anyio
+async def test_the_keyword_statement_waits_only_for_a_product_that_fills_every_cpu(
+    cpus: int, rows: int, fills: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fills_every_cpu`` says whether a scope's product takes a thread on every CPU (the
+    search then runs its keyword statement after it); ``nearest`` sets its event once the
+    entries are scored, and on the way out when it finds nothing or fails."""
+    import anyio
+    from openwop_memory.retrieval import nearest
+    from openwop_memory.storage.base import Scope
+
+    monkeypatch.setattr(nearest, "_CPUS", cpus)
+    monkeypatch.setattr(nearest, "_PART_ROWS", 2500)
+    monkeypatch.setattr(nearest, "_INLINE_ROWS", 1000)
+    scope = Scope("t", "s")
+    rng = np.random.default_rng(3)
+    vectors = rng.integers(-127, 128, size=(rows, 8), dtype=np.int8)
+    loaded = [(i + 1, None, v.tobytes()) for i, v in enumerate(vectors)]
+
+    async def load_after(after: int) -> list[tuple[int, None, bytes]]:
+        return [r for r in loaded if r[0] > after]
+
+    async def keep_all(seqs: list[int]) -> tuple[set[int], set[int]]:
+        assert done.is_set()  # the candidates are checked once every entry is scored
+        return set(seqs), set(seqs)
+
+    cache = nearest.VectorCache()
+    assert not cache.fills_every_cpu(scope, 8)  # nothing cached yet
+    await cache.refresh(scope, 8, load_after=load_after)
+    assert cache.fills_every_cpu(scope, 8) is fills
+    assert not cache.fills_every_cpu(scope, 16)  # another model's length
+    done = anyio.Event()
+    found = await cache.nearest(
+        scope,
+        snapshot_seq=rows,
+        now_us=0,
+        vector=vectors[7].tobytes(),
+        floor=-1.0,
+        count=5,
+        load_after=load_after,
+        check=keep_all,
+        scored=done,
+    )
+    assert done.is_set() and found[0][0] == 8
+
+    async def failing(seqs: list[int]) -> tuple[set[int], set[int]]:
+        raise RuntimeError("the check failed")
+
+    for count, check in ((0, keep_all), (5, failing)):
+        event = anyio.Event()
+        with pytest.raises(RuntimeError) if check is failing else contextlib.nullcontext():
+            await cache.nearest(
+                scope,
+                snapshot_seq=rows,
+                now_us=0,
+                vector=vectors[7].tobytes(),
+                floor=-1.0,
+                count=count,
+                load_after=load_after,
+                check=check,
+                scored=event,
+            )
+        assert event.is_set()

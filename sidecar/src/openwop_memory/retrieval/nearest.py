@@ -259,14 +259,45 @@ class VectorCache:
         load_after: LoadAfter,
         check: Check,
         embed: Embed | None = None,
+        scored: anyio.Event | None = None,
     ) -> list[tuple[int, float]]:
         """The sequence numbers of up to ``count`` entries of ``scope`` nearest to ``vector``
         among those ``check`` keeps and whose cosine with it is above ``floor``, with their
         cosines, nearest first (ties: the larger number first). Only entries with a vector
-        of ``vector``'s length (its model's) take part.
+        of ``vector``'s length (its model's) take part. ``scored`` is set once every entry
+        is scored (before the candidates are checked), or on the way out.
 
         :raises UpstreamUnavailableError: from ``load_after`` or ``check``.
         """
+        try:
+            return await self._nearest(
+                scope, snapshot_seq, now_us, vector, floor, count, load_after, check, embed, scored
+            )
+        finally:
+            if scored is not None:
+                scored.set()
+
+    def fills_every_cpu(self, scope: Scope, dimensions: int) -> bool:
+        """Whether scoring ``scope`` (as cached now) takes a thread on every CPU, so that
+        anything else run meanwhile slows it down."""
+        cached = self._scopes.get(scope)
+        if cached is None or cached.dimensions != dimensions:
+            return False
+        return cached.size > _INLINE_ROWS and len(_parts(cached.size)) >= _CPUS
+
+    async def _nearest(
+        self,
+        scope: Scope,
+        snapshot_seq: int,
+        now_us: int,
+        vector: bytes,
+        floor: float,
+        count: int,
+        load_after: LoadAfter,
+        check: Check,
+        embed: Embed | None,
+        scored: anyio.Event | None,
+    ) -> list[tuple[int, float]]:
         cached = self._scope(scope, len(vector))
         async with cached.lock:
             await self._refreshed(cached, load_after, embed)
@@ -287,6 +318,8 @@ class VectorCache:
             else:
                 where, scores = score(rows=range(n), query=query, floor=floor)
                 threshold = _kth_largest(scores, first) if len(scores) else 0.0
+            if scored is not None:
+                scored.set()
             if len(where) == 0:
                 return []
             return await self._best(cached, where, scores, count, check, threshold)
