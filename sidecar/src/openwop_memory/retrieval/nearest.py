@@ -270,9 +270,31 @@ class VectorCache:
         :raises UpstreamUnavailableError: from ``load_after`` or ``check``.
         """
         try:
-            return await self._nearest(
-                scope, snapshot_seq, now_us, vector, floor, count, load_after, check, embed, scored
-            )
+            cached = self._scope(scope, len(vector))
+            async with cached.lock:
+                await self._refreshed(cached, load_after, embed)
+                n = cached.size
+                if count <= 0 or n == 0:
+                    return []
+                query = np.frombuffer(vector, dtype=np.int8).astype(np.float32)
+                score = partial(_candidates, cached, snapshot_seq=snapshot_seq, now_us=now_us)
+                # A big scope's product is milliseconds: off the event loop (numpy lets go of
+                # the GIL), in parts on as many threads as there are CPUs, while a small one
+                # costs less than the hand-off.
+                first = _first_chunk(count)
+                if n > _INLINE_ROWS:
+                    (where, scores), threshold = await _scored_apart(
+                        [partial(score, rows=part, query=query, floor=floor) for part in _parts(n)],
+                        first,
+                    )
+                else:
+                    where, scores = score(rows=range(n), query=query, floor=floor)
+                    threshold = _kth_largest(scores, first) if len(scores) else 0.0
+                if scored is not None:
+                    scored.set()
+                if len(where) == 0:
+                    return []
+                return await self._best(cached, where, scores, count, check, threshold)
         finally:
             if scored is not None:
                 scored.set()
@@ -284,45 +306,6 @@ class VectorCache:
         if cached is None or cached.dimensions != dimensions:
             return False
         return cached.size > _INLINE_ROWS and len(_parts(cached.size)) >= _CPUS
-
-    async def _nearest(
-        self,
-        scope: Scope,
-        snapshot_seq: int,
-        now_us: int,
-        vector: bytes,
-        floor: float,
-        count: int,
-        load_after: LoadAfter,
-        check: Check,
-        embed: Embed | None,
-        scored: anyio.Event | None,
-    ) -> list[tuple[int, float]]:
-        cached = self._scope(scope, len(vector))
-        async with cached.lock:
-            await self._refreshed(cached, load_after, embed)
-            n = cached.size
-            if count <= 0 or n == 0:
-                return []
-            query = np.frombuffer(vector, dtype=np.int8).astype(np.float32)
-            score = partial(_candidates, cached, snapshot_seq=snapshot_seq, now_us=now_us)
-            # A big scope's product is milliseconds: off the event loop (numpy lets go of
-            # the GIL), in parts on as many threads as there are CPUs, while a small one
-            # costs less than the hand-off.
-            first = _first_chunk(count)
-            if n > _INLINE_ROWS:
-                (where, scores), threshold = await _scored_apart(
-                    [partial(score, rows=part, query=query, floor=floor) for part in _parts(n)],
-                    first,
-                )
-            else:
-                where, scores = score(rows=range(n), query=query, floor=floor)
-                threshold = _kth_largest(scores, first) if len(scores) else 0.0
-            if scored is not None:
-                scored.set()
-            if len(where) == 0:
-                return []
-            return await self._best(cached, where, scores, count, check, threshold)
 
     async def refresh(
         self, scope: Scope, dimensions: int, *, load_after: LoadAfter, embed: Embed | None = None
