@@ -201,9 +201,9 @@ def _top(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.float64]:
 
 
 def _kth_largest(scores: npt.NDArray[np.float64], k: int) -> float:
-    """The ``k``-th largest of ``scores`` (the smallest if there are fewer)."""
+    """The ``k``-th largest of ``scores`` (the smallest if there are fewer; 0 if none)."""
     k = min(k, len(scores))
-    return float(np.partition(scores, len(scores) - k)[len(scores) - k])
+    return float(np.partition(scores, len(scores) - k)[len(scores) - k]) if k else 0.0
 
 
 async def _scored_apart(parts: list[Callable[[], _Found]], k: int) -> tuple[_Found, float]:
@@ -227,7 +227,7 @@ async def _scored_apart(parts: list[Callable[[], _Found]], k: int) -> tuple[_Fou
     where = np.concatenate([w for (w, _), _ in done])
     scores = np.concatenate([c for (_, c), _ in done])
     tops = np.concatenate([top for _, top in done])
-    return (where, scores), _kth_largest(tops, k) if len(tops) else 0.0
+    return (where, scores), _kth_largest(tops, k)
 
 
 def _grown(array: _A, capacity: int) -> _A:
@@ -289,7 +289,7 @@ class VectorCache:
                     )
                 else:
                     where, scores = score(rows=range(n), query=query, floor=floor)
-                    threshold = _kth_largest(scores, first) if len(scores) else 0.0
+                    threshold = _kth_largest(scores, first)
                 if scored is not None:
                     scored.set()
                 if len(where) == 0:
@@ -427,10 +427,7 @@ class VectorCache:
         chunk = _first_chunk(count)
         while len(kept) < count and examined < len(where):
             k = min(examined + chunk, len(where))
-            if examined == 0:
-                threshold = first_threshold
-            else:
-                threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
+            threshold = first_threshold if examined == 0 else _kth_largest(scores, k)
             band = np.flatnonzero((scores >= threshold) & (scores < above))
             seqs_of_band = cached.seqs[where[band]]
             band = band[np.lexsort((-seqs_of_band, -scores[band]))]

@@ -89,7 +89,6 @@ from .schema import LATEST_VERSION, MIGRATIONS
 from .serve_lock import FileServeLock
 from .writer import (
     BATCH_BUCKETS,
-    INSERT_CHANGE,
     WAL_CHECKPOINT_BYTES,
     EntryInsert,
     GroupCommit,
@@ -912,9 +911,8 @@ class SqliteStorage:
                 txn.conn.execute(
                     "UPDATE entry_keys SET ended_us = ? WHERE seq = ?", (deleted_us, rows[0][0])
                 )
-                txn.conn.execute(
-                    INSERT_CHANGE,
-                    (scope.tenant, rows[0][1], entry_id, "delete", deleted_us, deleted_seq),
+                txn.changes.append(
+                    (scope.tenant, rows[0][1], entry_id, "delete", deleted_us, deleted_seq)
                 )
                 return True
             return False

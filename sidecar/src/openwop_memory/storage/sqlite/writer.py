@@ -194,7 +194,7 @@ _INSERT_TAGS = "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)"
 _INSERT_KEYS = (
     "INSERT INTO idempotency (scope_pk, key, digest, entry_seq, created_us) VALUES (?, ?, ?, ?, ?)"
 )
-INSERT_CHANGE = (
+_INSERT_CHANGE = (
     "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us, seq) VALUES (?, ?, ?, ?, ?, ?)"
 )
 
@@ -569,7 +569,7 @@ class GroupCommit:
                 ("entries", _INSERT_ENTRIES, txn.entries),
                 ("tags", _INSERT_TAGS, txn.tags),
                 ("keys", _INSERT_KEYS, txn.keys),
-                ("changes", INSERT_CHANGE, txn.changes),
+                ("changes", _INSERT_CHANGE, txn.changes),
             ):
                 if rows:
                     if fault is not None:
