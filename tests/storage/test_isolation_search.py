@@ -19,7 +19,9 @@ from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import EntryRow, Scope, StoredEntry
 from openwop_memory.storage.sqlite.backend import SqliteStorage, _keyword_query
+from openwop_memory.storage.sqlite.keywords import TOKEN_FUNCTION
 from openwop_memory.timefmt import now_us
+from openwop_memory.token_count import estimate_tokens
 from support.store import fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
@@ -27,6 +29,13 @@ pytestmark = [pytest.mark.backend_independent, pytest.mark.anyio]
 A = Scope("tenant-a", "notes")
 B = Scope("tenant-b", "notes")
 B_ENTRIES = 3000
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection of its own, able to run the backend's statements as its readers do."""
+    conn = sqlite3.connect(path)
+    conn.create_function(TOKEN_FUNCTION, 1, estimate_tokens, deterministic=True)
+    return conn
 
 
 def _vm_steps(path: Path, sql: str, params: dict[str, object]) -> tuple[int, int]:
@@ -38,7 +47,7 @@ def _vm_steps(path: Path, sql: str, params: dict[str, object]) -> tuple[int, int
         steps += 1
         return 0
 
-    with sqlite3.connect(path) as conn:
+    with _connect(path) as conn:
         conn.set_progress_handler(count, 1)
         rows = conn.execute(sql, params).fetchall()
     return len(rows), steps
@@ -162,7 +171,7 @@ async def test_a_candidate_check_looks_each_candidate_up_by_its_rowid(tmp_path: 
         seq_a, seq_b = await seq_of(A), await seq_of(B)
         snap = await fresh_snapshot(store, A.tenant)
         sql, params = _check_query(A, snap, now, [seq_a, seq_b], None, None, None, False)
-        with sqlite3.connect(path) as conn:
+        with _connect(path) as conn:
             plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             found = conn.execute(sql, params).fetchall()
         assert "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)" in plan, plan

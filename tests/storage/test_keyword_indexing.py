@@ -11,11 +11,13 @@ from typing import cast
 import anyio
 import pytest
 from openwop_memory.retrieval.search import Search
-from openwop_memory.storage.base import EntryRow, Scope, Snapshot
+from openwop_memory.storage.base import UNCOUNTED, EntryRow, Scope, Snapshot
 from openwop_memory.storage.sqlite.backend import SqliteStorage
-from openwop_memory.storage.sqlite.keywords import BATCH
+from openwop_memory.storage.sqlite.keywords import BATCH, COUNT_LATER_MAX_CHARS
 from openwop_memory.timefmt import now_us
+from openwop_memory.token_count import estimate_tokens
 from support.on_disk import query
+from support.sqlite_store import opened
 from support.store import exported, fresh_snapshot, put_request, stored
 
 pytestmark = pytest.mark.anyio
@@ -128,3 +130,45 @@ async def test_an_import_indexes_what_it_wrote(store: SqliteStorage, tmp_path: P
     items = await exported(source, SCOPE, BATCH + 5)
     assert await store.import_entries(entries=items) == BATCH + 5
     assert index_rows(store) == seqs(store) and len(seqs(store)) == BATCH + 5
+
+
+async def test_short_content_is_counted_after_its_put_and_read_counted_before(
+    tmp_path: Path,
+) -> None:
+    short = "a walrus on the beach " * 20  # within COUNT_LATER_MAX_CHARS
+    long = "walrus " * (COUNT_LATER_MAX_CHARS // 7 + 1)
+    assert len(short) <= COUNT_LATER_MAX_CHARS < len(long)
+    async with opened(tmp_path / "store.db") as quiet:  # no background indexing
+        put = await quiet.put(request=put_request(SCOPE, short), now_us=now_us())
+        assert put.entry is not None and put.entry.tokens == UNCOUNTED
+        await stored(quiet, put_request(SCOPE, long))
+
+        def stored_counts() -> list[int]:
+            rows = query(Path(quiet.path), "SELECT tokens FROM entries ORDER BY seq")
+            return [int(n) for (n,) in rows]
+
+        # The long one was counted at its put; the short one waits for the indexing batch.
+        assert stored_counts() == [UNCOUNTED, estimate_tokens(long)]
+        snapshot = await fresh_snapshot(quiet, SCOPE.tenant)
+        now = now_us()
+        listed = await quiet.list(scope=SCOPE, snapshot=snapshot, now_us=now, limit=5, tag=None)
+        assert [r.tokens for r in listed] == [estimate_tokens(long), estimate_tokens(short)]
+        # A budget counts the row in SQL meanwhile: exactly the count the batch stores.
+        for budget, kept in ((estimate_tokens(short), [short]), (estimate_tokens(short) - 1, [])):
+            small = await quiet.list(
+                scope=SCOPE, snapshot=snapshot, now_us=now, limit=5, tag=None, max_tokens=budget
+            )
+            assert [r.content for r in small] == kept
+        assert stored_counts()[0] == UNCOUNTED  # the list counted, and wrote nothing
+        found = await Search(quiet).search(
+            scope=SCOPE,
+            snapshot=snapshot,
+            now_us=now,
+            terms=("walrus",),
+            limit=5,
+            tag=None,
+            max_tokens=estimate_tokens(short),
+        )
+        assert [r.content for r in found] == [short]
+        # The search indexed its snapshot first, and counted the short one's tokens with it.
+        assert stored_counts() == [estimate_tokens(short), estimate_tokens(long)]

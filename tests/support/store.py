@@ -10,6 +10,7 @@ import hashlib
 import os
 
 from openwop_memory.storage.base import (
+    UNCOUNTED,
     BeginOutcome,
     EntryRow,
     PutOutcome,
@@ -21,6 +22,7 @@ from openwop_memory.storage.base import (
     StoredEntry,
 )
 from openwop_memory.timefmt import now_us
+from openwop_memory.token_count import estimate_tokens
 
 SECOND = 1_000_000
 DAY = 86_400 * SECOND
@@ -43,10 +45,19 @@ def put_request(
 
 
 async def stored(store: Storage, request: PutRequest, now: int | None = None) -> EntryRow:
-    """Put ``request`` at ``now``; the new entry (AssertionError if none was stored)."""
+    """Put ``request`` at ``now``; the new entry as a read returns it (AssertionError if
+    none was stored). A put's answer may leave the token count to be taken after the
+    commit (``UNCOUNTED``); a read always gives it."""
     result = await store.put(request=request, now_us=now_us() if now is None else now)
     assert result.outcome is PutOutcome.STORED and result.entry is not None, result
-    return result.entry
+    return as_read(result.entry)
+
+
+def as_read(entry: EntryRow) -> EntryRow:
+    """``entry`` from a put's answer as a read returns it: with its token count."""
+    counted = estimate_tokens(entry.content)
+    assert entry.tokens in (UNCOUNTED, counted), entry
+    return entry._replace(tokens=counted)
 
 
 async def begun(

@@ -246,6 +246,17 @@ def test_search_doc_states_when_a_keyword_is_looked_up_alone() -> None:
     assert f"held by at most {_RARE_TERM} entries of the whole database" in page
 
 
+def test_search_doc_states_which_entries_are_counted_after_their_put() -> None:
+    """docs/search.md gives the length up to which SQLite counts tokens after the put."""
+    from pathlib import Path
+
+    from openwop_memory.storage.sqlite.keywords import COUNT_LATER_MAX_CHARS
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
+    page = " ".join(page.split())
+    assert f"the token count of an entry of up to {COUNT_LATER_MAX_CHARS:,} characters" in page
+
+
 @pytest.mark.parametrize(
     ("cpus", "rows", "fills"), [(2, 9000, True), (4, 9000, False), (2, 100, False)]
 )

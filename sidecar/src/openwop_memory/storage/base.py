@@ -51,10 +51,16 @@ class Scope:
     key: str
 
 
+UNCOUNTED = -1
+"""The ``tokens`` of the entry a put returns when its backend counts tokens after the
+commit (SQLite, for short content: see ``storage/sqlite/keywords.py``); every read gives
+the count."""
+
+
 class EntryRow(NamedTuple):
     """A stored entry as the wire returns it (times in µs since the epoch), with its
     estimated token count (:func:`~openwop_memory.token_count.estimate_tokens` of the content,
-    counted at its put and stored with it).
+    stored with it; :data:`UNCOUNTED` in a put's answer when the backend counts it later).
 
     A named tuple because list answers build a hundred of these per call: it constructs
     several times faster than a frozen dataclass.

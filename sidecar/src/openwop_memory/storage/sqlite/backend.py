@@ -84,7 +84,7 @@ from ..batches import SweepBatch, sweep_steps, until_short
 from ..migrations import migrations_to_run
 from ..scope_cache import ScopeCache
 from .errors import translate_errors, translated
-from .keywords import KeywordIndexer
+from .keywords import TOKEN_FUNCTION, TOKENS_SQL, KeywordIndexer, counted, tokens_to_store
 from .schema import LATEST_VERSION, MIGRATIONS
 from .serve_lock import FileServeLock
 from .writer import (
@@ -280,7 +280,7 @@ def _keyword_query(
         f" {_SCORES}"
         f" SELECT e.seq, s.score, (SELECT total FROM n), (SELECT group_concat(cnt) FROM df),"
         f" {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
-        " WHERE (:max_tokens IS NULL OR e.tokens <= :max_tokens)"
+        f" WHERE (:max_tokens IS NULL OR {TOKENS_SQL} <= :max_tokens)"
         " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
     )
     return sql, params
@@ -312,7 +312,7 @@ def _check_query(
     columns = f", {_ENTRY_COLUMNS}" if rows else ""
     sql = (
         f"SELECT e.seq, {_VISIBLE}"
-        " AND (:max_tokens IS NULL OR e.tokens <= :max_tokens) AND (:tag IS NULL OR EXISTS"
+        f" AND (:max_tokens IS NULL OR {TOKENS_SQL} <= :max_tokens) AND (:tag IS NULL OR EXISTS"
         " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
         f" AND t.seq = e.seq)){conditions}{columns}"
         " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
@@ -327,7 +327,7 @@ def _row(r: Any) -> EntryRow:
     """An entry from a row of :data:`_ENTRY_COLUMNS`."""
     entry_id, content, tags_json, created_us, expires_us, tokens = r
     tags = tuple(orjson.loads(tags_json))
-    return EntryRow(entry_id, content, tags, created_us, expires_us, tokens)
+    return EntryRow(entry_id, content, tags, created_us, expires_us, counted(tokens, content))
 
 
 def _revision(r: Any) -> Revision:
@@ -553,6 +553,8 @@ class SqliteStorage:
             self._check_wal((await _fetch(conn, "PRAGMA journal_mode = WAL"))[0][0])
             for pragma in [*self._pragmas(), "PRAGMA query_only = ON"]:
                 await conn.execute(pragma)
+            # Budgets count the rows whose count is not stored yet (keywords.TOKENS_SQL).
+            await conn.create_function(TOKEN_FUNCTION, 1, estimate_tokens, deterministic=True)
         except BaseException:
             await conn.close()
             raise
@@ -737,7 +739,7 @@ class SqliteStorage:
         await self._writer.write(op)
 
     async def put(self, *, request: PutRequest, now_us: int) -> PutResult:
-        tokens = estimate_tokens(request.content)  # outside the transaction: it may be long
+        tokens = tokens_to_store(request.content)  # outside the transaction: it may be long
 
         def op(txn: Txn) -> PutResult:
             scope_pk = self._scope_pk(txn, request.scope)
@@ -867,7 +869,8 @@ class SqliteStorage:
             if kept.scope_pk == scope_pk and kept.key == key:
                 e = next(e for e in txn.entries if e.seq == kept.entry_seq)
                 tags = tuple(orjson.loads(e.tags_json))
-                row = EntryRow(e.id, e.content, tags, e.created_us, e.expires_us, e.tokens)
+                tokens = counted(e.tokens, e.content)
+                row = EntryRow(e.id, e.content, tags, e.created_us, e.expires_us, tokens)
                 return kept.digest, row
         rows = txn.conn.execute(
             f"SELECT i.digest, e.seq, {_ENTRY_COLUMNS} FROM idempotency i"
@@ -1033,7 +1036,7 @@ class SqliteStorage:
         small = ""
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
-            small = " AND e.tokens <= :max_tokens"
+            small = f" AND {TOKENS_SQL} <= :max_tokens"
         small += _where_sql(where, params)
         if tag is None:
             sql = (

@@ -61,6 +61,10 @@ tombstone for the replay retention after it (a run as of then still sees the ent
 ``runs.as_of_us`` marks a read-only run begun as of that time; and the ``meta`` row
 ``history_since_us`` is the earliest time a run as of a time is exact from (records
 written before this version carry no ``seq``).
+
+Version 11 changes no table: from it on, ``entries.tokens`` may hold -1 (``UNCOUNTED``), a
+count the keyword indexing batch has not taken yet (see ``keywords.py``). The version keeps
+an older sidecar, which would take -1 for a count, from opening the file.
 """
 
 from __future__ import annotations
@@ -280,6 +284,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             " SELECT 'history_since_us', last_us + 1 FROM clock",
         ],
     ),
+    (11, []),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
