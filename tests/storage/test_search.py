@@ -16,6 +16,7 @@ from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.storage.base import (
     UNCOUNTED,
+    KeywordCandidates,
     ListFilter,
     Scope,
     Snapshot,
@@ -265,3 +266,41 @@ async def test_filter_by_tags_any_all_and_creation_time(store: Storage) -> None:
         "first match",
     ]
     assert await listed(between, query="match second") == ["second match"]
+
+
+async def test_keyword_candidates_give_the_same_hits_with_or_without_their_rows(
+    store: Storage,
+) -> None:
+    entries = [
+        await stored(store, put_request(A, text))
+        for text in ("cats and dogs", "cats only", "dogs only", "neither")
+    ]
+    snap = await fresh_snapshot(store, "tenant-a")
+
+    async def candidates(rows: bool) -> KeywordCandidates:
+        return await store.keyword_candidates(
+            scope=A,
+            snapshot=snap,
+            now_us=now_us(),
+            terms=query_terms("cats dogs"),
+            limit=10,
+            tag=None,
+            rows=rows,
+        )
+
+    with_rows, without = await candidates(True), await candidates(False)
+    hits = [seq for seq, _ in with_rows.hits]
+    assert len(hits) == 3 and hits == [seq for seq, _ in without.hits]
+    assert (without.hits, without.total, without.counts) == (
+        with_rows.hits,
+        with_rows.total,
+        with_rows.counts,
+    )
+    # With them, every hit's row, as stored; without, at most those (a backend may keep
+    # rows that cost it nothing).
+    assert sorted(with_rows.rows) == sorted(hits)
+    assert sorted(r.content for r in with_rows.rows.values()) == sorted(
+        e.content for e in entries[:3]
+    )
+    assert set(with_rows.rows.values()) == set(entries[:3])
+    assert without.rows.items() <= with_rows.rows.items()

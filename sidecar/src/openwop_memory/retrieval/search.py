@@ -24,8 +24,12 @@ if TYPE_CHECKING:  # numpy comes with the search extra, which a query vector imp
     from .nearest import VectorCache
 
 
-KeywordList = Callable[[int], Awaitable[list[tuple[int, float, EntryRow]]]]
-"""Up to the argument's number of keyword hits as ``(seq, coverage, row)``, best first."""
+KeywordHits = tuple[list[tuple[int, float]], dict[int, EntryRow]]
+"""Keyword hits as ``(seq, coverage)``, best first, and their rows by ``seq`` (when read)."""
+
+KeywordList = Callable[[int, bool], Awaitable[KeywordHits]]
+"""Up to the first argument's number of keyword hits, with their rows if the second is
+true."""
 
 
 CONTEXT_LINKED = 40
@@ -116,9 +120,9 @@ class Search:
         :raises UpstreamUnavailableError: from any of the storage's calls.
         """
 
-        async def keyword(count: int) -> list[tuple[int, float, EntryRow]]:
+        async def keyword(count: int, rows: bool) -> KeywordHits:
             if not terms:
-                return []
+                return [], {}
             found = await self._storage.keyword_candidates(
                 scope=scope,
                 snapshot=snapshot,
@@ -128,12 +132,14 @@ class Search:
                 tag=tag,
                 max_tokens=max_tokens,
                 where=where,
+                rows=rows,
             )
             ceiling = keyword_ceiling(found.total, found.counts, len(terms))
-            return [(seq, coverage(score, ceiling), row) for seq, score, row in found.hits]
+            return [(seq, coverage(score, ceiling)) for seq, score in found.hits], found.rows
 
         if vector is None:
-            return [row._replace(score=score) for _, score, row in await keyword(limit)]
+            hits, rows = await keyword(limit, True)
+            return [rows[seq]._replace(score=score) for seq, score in hits]
         return await self._hybrid(
             keyword,
             scope,
@@ -168,7 +174,7 @@ class Search:
         neighbours scored and context counted."""
         vectors = self._vector_cache()
         pool = candidate_pool(limit)
-        keyword_rows: list[tuple[int, float, EntryRow]] = []
+        keyword_list: list[tuple[int, float]] = []
         nearest: list[tuple[int, float]] = []
         found: dict[int, EntryRow] = {}  # the rows read so far, of entries the checks kept
 
@@ -197,7 +203,11 @@ class Search:
         async def by_keywords() -> None:
             if after_product:
                 await product_done.wait()
-            keyword_rows.extend(await keyword(pool))
+            # Without their rows, unless the time cues read them: the answer's are read
+            # at the end, as the nearest's are.
+            hits, rows = await keyword(pool, when)
+            keyword_list.extend(hits)
+            found.update(rows)
 
         async def by_meaning() -> None:
             nearest.extend(
@@ -216,11 +226,9 @@ class Search:
             )
 
         await side_by_side(by_keywords, by_meaning)  # on two of the backend's connections
-        found.update((seq, row) for seq, _, row in keyword_rows)
-        keyword_list = [(seq, score) for seq, score, _ in keyword_rows]
         # A keyword hit outside the nearest still has a cosine, which fusion weighs too.
         near = dict(nearest)
-        missing = [seq for seq, _, _ in keyword_rows if seq not in near]
+        missing = [seq for seq, _ in keyword_list if seq not in near]
         near.update(vectors.cosines(scope, missing, vector))
         fused = fuse(keyword_list, list(near.items()), weights=weights)
         links: dict[int, tuple[int | None, int | None]] = {}

@@ -254,13 +254,15 @@ class VectorRow(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class KeywordCandidates:
-    """What :meth:`Storage.keyword_candidates` found: ``hits`` as ``(seq, keyword score,
-    row)``; ``total`` entries matching any term, ``counts`` how many match each term that
-    matches at all (in no particular order)."""
+    """What :meth:`Storage.keyword_candidates` found: ``hits`` as ``(seq, keyword score)``;
+    ``total`` entries matching any term, ``counts`` how many match each term that matches
+    at all (in no particular order); the hits' rows by ``seq`` when they were asked for
+    (else possibly empty)."""
 
-    hits: list[tuple[int, float, EntryRow]]
+    hits: list[tuple[int, float]]
     total: int = 0
     counts: tuple[int, ...] = ()
+    rows: dict[int, EntryRow] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,12 +586,14 @@ class WorkerPath(Protocol):
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> KeywordCandidates:
         """Up to ``limit`` of the entries :meth:`list` would consider (same visibility, tag,
         token and ``where`` rules) that match at least one of ``terms`` in the backend's
         full-text index, the highest keyword score first (ties newest first); none for no
-        terms. What the snapshot holds that is not indexed yet is indexed first, so the
-        answer is the same whenever it is asked.
+        terms; with ``rows``, their rows too (a hybrid search reads only its answer's). What
+        the snapshot holds that is not indexed yet is indexed first, so the answer is the
+        same whenever it is asked.
 
         **Keyword score.** A term (see :func:`~openwop_memory.retrieval.text.query_terms`)
         matches an entry whose content holds the word, as the backend's engine stems it. An

@@ -275,9 +275,11 @@ class MemoryStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> KeywordCandidates:
         if not terms:
             return KeywordCandidates([])
+        # The rows are at hand: they come with the hits whether asked for or not.
         return keyword_candidates(
             self._db(), scope, cast(int, snapshot), now_us, terms, limit, tag, max_tokens, where
         )

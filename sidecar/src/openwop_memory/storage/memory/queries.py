@@ -106,10 +106,10 @@ def keyword_candidates(
         return KeywordCandidates([])
     # ``found`` is newest first and the sort is stable: equal scores stay newest first.
     ranked.sort(key=lambda scored: -scored[0])
-    hits: list[tuple[int, float, EntryRow]] = [
-        (row.seq, score, row.entry) for score, row in ranked[:limit]
-    ]
-    return KeywordCandidates(hits, len(found), tuple(n for n in counts if n))
+    best = ranked[:limit]
+    hits = [(row.seq, score) for score, row in best]
+    rows: dict[int, EntryRow] = {row.seq: row.entry for _, row in best}
+    return KeywordCandidates(hits, len(found), tuple(n for n in counts if n), rows)
 
 
 def as_of_seq(database: Database, as_of_us: int) -> int:

@@ -727,6 +727,7 @@ class PostgresqlStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> KeywordCandidates:
         if not terms:
             return KeywordCandidates([])
@@ -751,17 +752,18 @@ class PostgresqlStorage:
             " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
             " ON df.term = v.term GROUP BY v.seq)"
             " SELECT e.seq, s.score, (SELECT total FROM n),"
-            " (SELECT string_agg(cnt::text, ',') FROM df),"
-            f" {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+            " (SELECT string_agg(cnt::text, ',') FROM df)"
+            f"{f', {_ENTRY_COLUMNS}' if rows else ''} FROM s JOIN entries e ON e.seq = s.seq"
             f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
             " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
         )
-        rows = await self._read(lambda conn: conn.fetch(sql, *args))
-        if not rows:
+        found = await self._read(lambda conn: conn.fetch(sql, *args))
+        if not found:
             return KeywordCandidates([])
-        counts = tuple(int(n) for n in rows[0][3].split(","))
-        hits = [(r[0], float(r[1]), _row(tuple(r)[4:])) for r in rows]
-        return KeywordCandidates(hits, rows[0][2], counts)
+        counts = tuple(int(n) for n in found[0][3].split(","))
+        hits = [(r[0], float(r[1])) for r in found]
+        read = {r[0]: _row(tuple(r)[4:]) for r in found} if rows else {}
+        return KeywordCandidates(hits, found[0][2], counts, read)
 
     async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
         rows = await self._read(

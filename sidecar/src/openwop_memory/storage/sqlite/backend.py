@@ -231,6 +231,7 @@ def _keyword_query(
     tag: str | None,
     max_tokens: int | None,
     where: ListFilter | None,
+    rows: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The statement of a keyword search (see :meth:`Storage.keyword_candidates`) and its
     parameters; each row is an entry's ``seq`` and its columns, best first. ``terms`` is not
@@ -278,8 +279,9 @@ def _keyword_query(
         " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
         f" AND t.seq = e.seq)){_where_sql(where, params)}),"
         f" {_SCORES}"
-        f" SELECT e.seq, s.score, (SELECT total FROM n), (SELECT group_concat(cnt) FROM df),"
-        f" {_ENTRY_COLUMNS} FROM s JOIN entries e ON e.seq = s.seq"
+        " SELECT e.seq, s.score, (SELECT total FROM n), (SELECT group_concat(cnt) FROM df)"
+        # Without the rows, 150 hits of a 100k scope: 1.70 -> 1.16 ms.
+        f"{f', {_ENTRY_COLUMNS}' if rows else ''} FROM s JOIN entries e ON e.seq = s.seq"
         f" WHERE (:max_tokens IS NULL OR {TOKENS_SQL} <= :max_tokens)"
         " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
     )
@@ -965,19 +967,22 @@ class SqliteStorage:
         tag: str | None,
         max_tokens: int | None = None,
         where: ListFilter | None = None,
+        rows: bool = True,
     ) -> KeywordCandidates:
         if not terms:
             return KeywordCandidates([])
         await self._keywords.through(cast(int, snapshot))
-        sql, params = _keyword_query(scope, snapshot, now_us, terms, limit, tag, max_tokens, where)
-        with translate_errors():
-            rows = await self._read(sql, params)
-        if not rows:
-            return KeywordCandidates([])
-        counts = tuple(int(n) for n in rows[0][3].split(","))
-        return KeywordCandidates(
-            [(r[0], float(r[1]), _row(r[4:])) for r in rows], rows[0][2], counts
+        sql, params = _keyword_query(
+            scope, snapshot, now_us, terms, limit, tag, max_tokens, where, rows
         )
+        with translate_errors():
+            found = await self._read(sql, params)
+        if not found:
+            return KeywordCandidates([])
+        counts = tuple(int(n) for n in found[0][3].split(","))
+        hits = [(r[0], float(r[1])) for r in found]
+        read = {r[0]: _row(r[4:]) for r in found} if rows else {}
+        return KeywordCandidates(hits, found[0][2], counts, read)
 
     async def vectors_after(self, *, scope: Scope, after: int) -> Sequence[VectorRow]:
         with translate_errors():
