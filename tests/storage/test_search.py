@@ -277,7 +277,7 @@ async def test_keyword_candidates_give_the_same_hits_with_or_without_their_rows(
     ]
     snap = await fresh_snapshot(store, "tenant-a")
 
-    async def candidates(rows: bool) -> KeywordCandidates:
+    async def candidates(rows: bool, max_tokens: int | None = None) -> KeywordCandidates:
         return await store.keyword_candidates(
             scope=A,
             snapshot=snap,
@@ -285,10 +285,15 @@ async def test_keyword_candidates_give_the_same_hits_with_or_without_their_rows(
             terms=query_terms("cats dogs"),
             limit=10,
             tag=None,
+            max_tokens=max_tokens,
             rows=rows,
         )
 
     with_rows, without = await candidates(True), await candidates(False)
+    # A budget every entry fits changes nothing (SQLite takes another path for budgets).
+    for rows in (True, False):
+        budgeted = await candidates(rows, max_tokens=1000)
+        assert budgeted == (with_rows if rows else without)
     hits = [seq for seq, _ in with_rows.hits]
     assert len(hits) == 3 and hits == [seq for seq, _ in without.hits]
     assert (without.hits, without.total, without.counts) == (

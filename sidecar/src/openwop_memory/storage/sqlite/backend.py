@@ -279,13 +279,31 @@ def _keyword_query(
         " (SELECT 1 FROM entry_tags t WHERE t.scope_pk = e.scope_pk AND t.tag = :tag"
         f" AND t.seq = e.seq)){_where_sql(where, params)}),"
         f" {_SCORES}"
-        " SELECT e.seq, s.score, (SELECT total FROM n), (SELECT group_concat(cnt) FROM df)"
-        # Without the rows, 150 hits of a 100k scope: 1.70 -> 1.16 ms.
-        f"{f', {_ENTRY_COLUMNS}' if rows else ''} FROM s JOIN entries e ON e.seq = s.seq"
-        f" WHERE (:max_tokens IS NULL OR {TOKENS_SQL} <= :max_tokens)"
-        " ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
+        f" SELECT {_best_matches(rows, max_tokens is not None)}"
     )
     return sql, params
+
+
+def _best_matches(rows: bool, budget: bool) -> str:
+    """The end of a keyword statement: the best scored matches ``s`` (with their rows if
+    ``rows``), each with the counts, within ``:max_tokens`` if ``budget``."""
+    counts = "(SELECT total FROM n), (SELECT group_concat(cnt) FROM df)"
+    columns = f", {_ENTRY_COLUMNS}" if rows else ""
+    if budget:  # every match's count is read before the limit applies
+        return (
+            f"e.seq, s.score, {counts}{columns} FROM s JOIN entries e ON e.seq = s.seq"
+            f" WHERE {TOKENS_SQL} <= :max_tokens ORDER BY s.score DESC, e.seq DESC LIMIT :limit"
+        )
+    # The limit first, then the rows of those kept: each match's row was read once already
+    # (in v). A word in 9,500 entries of a 100k scope: 41 -> 28 ms; 150 hits without
+    # their rows, 1.70 -> 1.08 ms.
+    best = "SELECT seq, score FROM s ORDER BY score DESC, seq DESC LIMIT :limit"
+    if not rows:
+        return f"h.seq, h.score, {counts} FROM ({best}) h ORDER BY h.score DESC, h.seq DESC"
+    return (
+        f"h.seq, h.score, {counts}{columns} FROM ({best}) h JOIN entries e ON e.seq = h.seq"
+        " ORDER BY h.score DESC, h.seq DESC"
+    )
 
 
 def _check_query(
