@@ -168,6 +168,30 @@ def _where_sql(where: ListFilter | None, args: list[Any]) -> str:
     return sql
 
 
+def _best_matches(rows: bool, budget: bool) -> str:
+    """The end of a keyword statement: the best scored matches ``s`` (with their rows if
+    ``rows``), each with the counts, within the budget ``$7`` if ``budget`` (``$7`` is
+    named either way: every parameter must have a type)."""
+    counts = "(SELECT total FROM n), (SELECT string_agg(cnt::text, ',') FROM df)"
+    columns = f", {_ENTRY_COLUMNS}" if rows else ""
+    if budget:  # every match's count is read before the limit applies
+        return (
+            f"e.seq, s.score, {counts}{columns} FROM s JOIN entries e ON e.seq = s.seq"
+            f" AND e.scope_pk = {_SCOPE_PK} WHERE e.tokens <= $7::integer"
+            " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
+        )
+    # The limit first, then the rows of those kept: each match's row was read once already.
+    best = (
+        "SELECT seq, score FROM s WHERE $7::integer IS NULL ORDER BY score DESC, seq DESC LIMIT $5"
+    )
+    if not rows:
+        return f"h.seq, h.score, {counts} FROM ({best}) h ORDER BY h.score DESC, h.seq DESC"
+    return (
+        f"h.seq, h.score, {counts}{columns} FROM ({best}) h JOIN entries e ON e.seq = h.seq"
+        f" AND e.scope_pk = {_SCOPE_PK} ORDER BY h.score DESC, h.seq DESC"
+    )
+
+
 def _row(r: Any) -> EntryRow:
     return EntryRow(r[0], r[1].decode(), tuple(orjson.loads(r[2])), r[3], r[4], r[5])
 
@@ -751,11 +775,7 @@ class PostgresqlStorage:
             " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
             " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
             " ON df.term = v.term GROUP BY v.seq)"
-            " SELECT e.seq, s.score, (SELECT total FROM n),"
-            " (SELECT string_agg(cnt::text, ',') FROM df)"
-            f"{f', {_ENTRY_COLUMNS}' if rows else ''} FROM s JOIN entries e ON e.seq = s.seq"
-            f" AND e.scope_pk = {_SCOPE_PK} WHERE ($7::integer IS NULL OR e.tokens <= $7)"
-            " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
+            f" SELECT {_best_matches(rows, max_tokens is not None)}"
         )
         found = await self._read(lambda conn: conn.fetch(sql, *args))
         if not found:
