@@ -78,6 +78,7 @@ from ..base import (
     replayed,
 )
 from ..batches import SweepBatch, sweep_steps, until_short
+from ..keyword_sql import Dialect, best_matches
 from ..migrations import migrations_to_run
 from ..scope_cache import ScopeCache
 from .errors import CONNECTION_ERRORS, is_retryable, startup_error, translate_errors
@@ -168,28 +169,15 @@ def _where_sql(where: ListFilter | None, args: list[Any]) -> str:
     return sql
 
 
-def _best_matches(rows: bool, budget: bool) -> str:
-    """The end of a keyword statement: the best scored matches ``s`` (with their rows if
-    ``rows``), each with the counts, within the budget ``$7`` if ``budget`` (``$7`` is
-    named either way: every parameter must have a type)."""
-    counts = "(SELECT total FROM n), (SELECT string_agg(cnt::text, ',') FROM df)"
-    columns = f", {_ENTRY_COLUMNS}" if rows else ""
-    if budget:  # every match's count is read before the limit applies
-        return (
-            f"e.seq, s.score, {counts}{columns} FROM s JOIN entries e ON e.seq = s.seq"
-            f" AND e.scope_pk = {_SCOPE_PK} WHERE e.tokens <= $7::integer"
-            " ORDER BY s.score DESC, e.seq DESC LIMIT $5"
-        )
-    # The limit first, then the rows of those kept: each match's row was read once already.
-    best = (
-        "SELECT seq, score FROM s WHERE $7::integer IS NULL ORDER BY score DESC, seq DESC LIMIT $5"
-    )
-    if not rows:
-        return f"h.seq, h.score, {counts} FROM ({best}) h ORDER BY h.score DESC, h.seq DESC"
-    return (
-        f"h.seq, h.score, {counts}{columns} FROM ({best}) h JOIN entries e ON e.seq = h.seq"
-        f" AND e.scope_pk = {_SCOPE_PK} ORDER BY h.score DESC, h.seq DESC"
-    )
+# $7 (the budget) stays named without a budget: PostgreSQL must type every parameter.
+_KEYWORD_SQL = Dialect(
+    counts="(SELECT total FROM n), (SELECT string_agg(cnt::text, ',') FROM df)",
+    limit="$5",
+    budget="$7::integer",
+    tokens="e.tokens",
+    same_scope=f" AND e.scope_pk = {_SCOPE_PK}",
+    unbudgeted="$7::integer IS NULL",
+)
 
 
 def _row(r: Any) -> EntryRow:
@@ -763,6 +751,7 @@ class PostgresqlStorage:
         args: list[Any] = [scope.tenant, scope.key, cast(int, snapshot), now_us, limit]
         args += [list(terms), max_tokens, tag]
         conditions = _where_sql(where, args)
+        budget = max_tokens is not None
         sql = (
             f"WITH q (term, query) AS (SELECT ord, plainto_tsquery('{SEARCH_CONFIG}', word)"
             " FROM unnest($6::text[]) WITH ORDINALITY AS u (word, ord)),"
@@ -775,7 +764,7 @@ class PostgresqlStorage:
             " s (seq, score) AS (SELECT v.seq, round(sum(ln(1.0 + ((SELECT total FROM n)"
             " - df.cnt + 0.5) / (df.cnt + 0.5)))::numeric, 9) FROM v JOIN df"
             " ON df.term = v.term GROUP BY v.seq)"
-            f" SELECT {_best_matches(rows, max_tokens is not None)}"
+            f" SELECT {best_matches(_KEYWORD_SQL, _ENTRY_COLUMNS, rows=rows, budget=budget)}"
         )
         found = await self._read(lambda conn: conn.fetch(sql, *args))
         if not found:
