@@ -135,13 +135,16 @@ def _char_offsets(data: bytes, positions: set[int]) -> dict[int, int]:
 # part, then per secret its form needles' automaton states and objects, its strings (the
 # value, reversed and rot13 copies, their skeletons), and per fragment key ~8 automaton
 # states (~18 bytes each in a ContiguousNFA) plus its array slots and the growing of its
-# matches (the figure was calibrated with 12-character windows and still holds). The fixed
-# part was 8 KiB until a keyring of 2 short secrets measured 90 KiB resident on the CI
-# machine and this tree's: the allocator's pages for a few small automata dominate there.
+# matches. The fixed part was 8 KiB until a keyring of 2 short secrets measured 90 KiB
+# resident on the CI machine and this tree's: the allocator's pages for a few small
+# automata dominate there. The window figure was 300 bytes until 256 secrets of 256
+# characters measured 1.34 to 1.50 times their resident memory, the ratio moving with the
+# process's memory layout (the environment's size alone moved it): at 240 every measured
+# shape sits between 0.77 and 1.21 times it.
 _FIXED_BYTES = 40 << 10
 _SECRET_BYTES = 16 << 10
 _CHAR_BYTES = 6
-_WINDOW_BYTES = 300
+_WINDOW_BYTES = 240
 
 
 def estimate_bytes(ids_by_value: Mapping[str, str]) -> int:
@@ -151,9 +154,8 @@ def estimate_bytes(ids_by_value: Mapping[str, str]) -> int:
 
     Calibrated against the resident memory that compiled keyrings add to a process (the
     automata live outside the Python heap, where ``tracemalloc`` sees a fifth to a third of
-    it): 0.85 to 1.35 times it from 2 secrets of 40 characters to 256 of 256, and an
-    over-estimate (1.6 times) for 256 secrets of 4,096. ``tests/e2e/test_keyring_memory.py``
-    holds it to 0.6 to 1.5 times.
+    it): 0.77 to 1.21 times it from 2 secrets of 40 characters to 256 of 256 and 16 of
+    4,096. ``tests/e2e/test_keyring_memory.py`` holds it to 0.6 to 1.5 times.
     """
     total = _FIXED_BYTES
     for value in ids_by_value:
