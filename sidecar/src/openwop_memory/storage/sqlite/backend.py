@@ -241,8 +241,8 @@ def _keyword_query(
     rows: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The statement of a keyword search (see :meth:`Storage.keyword_candidates`) and its
-    parameters; each row is an entry's ``seq`` and its columns, best first. ``terms`` is not
-    empty."""
+    parameters; each row is an entry's ``seq``, its score, the counts and, with ``rows``,
+    its :data:`_ENTRY_COLUMNS`, best first. ``terms`` is not empty."""
     params: dict[str, Any] = {
         "tenant": scope.tenant,
         "key": scope.key,

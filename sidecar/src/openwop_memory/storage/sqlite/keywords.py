@@ -38,8 +38,8 @@ BATCH = 32
 words (p50 0.7 ms, max 10 ms at 20,000 entries), so a put queued behind it waits little."""
 
 COUNT_LATER_MAX_CHARS = 2048
-"""Content up to this long is counted after its put: its row (a few KiB at most) stays on
-its page, so writing the count rewrites little."""
+"""Content up to this long is counted after its put: as ASCII text its row stays on its
+page (of 4 KiB), so writing the count rewrites that page alone."""
 
 TOKEN_FUNCTION = "openwop_estimate_tokens"  # noqa: S105 - a name, not a password
 """The SQL function :data:`TOKENS_SQL` calls: :func:`estimate_tokens`, on reader connections."""
@@ -71,10 +71,9 @@ def counted(tokens: int, content: str) -> int:
 def index_batch(txn: Txn) -> tuple[int, int]:
     """In ``txn``: index up to :data:`BATCH` rows above the recorded position and at or
     below ``txn.start_seq``, count the tokens of those stored uncounted, and record the new
-    position. Returns the position and how many
-    rows were indexed; fewer than :data:`BATCH` means every row up to ``txn.start_seq`` is
-    indexed. Another sidecar of the file may have moved the position already: it is read in
-    the transaction, never assumed."""
+    position. Returns the position and how many rows were indexed; fewer than :data:`BATCH`
+    means every row up to ``txn.start_seq`` is indexed. Another sidecar of the file may have
+    moved the position already: it is read in the transaction, never assumed."""
     (done,) = txn.conn.execute(_PROGRESS).fetchone()
     top = txn.start_seq
     if done >= top:
