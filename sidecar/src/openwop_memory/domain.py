@@ -7,7 +7,7 @@ decides them.
 
 from __future__ import annotations
 
-import secrets
+import os
 from dataclasses import dataclass
 
 
@@ -37,7 +37,7 @@ def new_entry_id(created_us: int) -> str:
     entry; time-ordered ids append. The time part reveals nothing that createdAt does not,
     and the random bits keep ids from different sidecars apart.
     """
-    return f"mem_{created_us:013x}{secrets.token_hex(10)}"
+    return f"mem_{created_us:013x}{os.urandom(10).hex()}"
 
 
 def retention_cutoff_us(now_us: int, retention_us: int) -> int:
