@@ -3,9 +3,8 @@ ranks the same whether or not the background has caught up (storage/sqlite/keywo
 
 from __future__ import annotations
 
-import functools
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
@@ -14,7 +13,7 @@ import pytest
 from openwop_memory.retrieval.search import Search
 from openwop_memory.storage.base import UNCOUNTED, EntryRow, Scope, Snapshot
 from openwop_memory.storage.sqlite.backend import SqliteStorage
-from openwop_memory.storage.sqlite.keywords import CHUNK, COUNT_LATER_MAX_CHARS, index_batch
+from openwop_memory.storage.sqlite.keywords import BATCH, COUNT_LATER_MAX_CHARS
 from openwop_memory.timefmt import now_us
 from openwop_memory.token_count import estimate_tokens
 from support.on_disk import query
@@ -91,62 +90,18 @@ async def test_a_ranking_at_a_snapshot_does_not_depend_on_the_indexing_state(
     """More rows than one batch, searched before anything was indexed, then again once the
     background has indexed them and later puts that use the same word: the same entries in
     the same order with the same scores."""
-    for number in range(CHUNK + 40):
+    for number in range(BATCH + 40):
         words = "walrus " * (1 + number % 3) + f"tusk{number % 7} ice"
         await stored(store, put_request(SCOPE, words))
     snapshot = await fresh_snapshot(store, SCOPE.tenant)
     first = await search(store, snapshot, "walrus", "tusk3")
-    assert len(first) == 50 and index_rows(store)  # the search indexed them in chunks
+    assert len(first) == 50 and index_rows(store)  # the search indexed in batches
     for _ in range(30):
         await stored(store, put_request(SCOPE, "walrus tusk3"))
     await wait_indexed(store)
     again = await search(store, snapshot, "walrus", "tusk3")
     assert [(row.id, row.score) for row in again] == [(row.id, row.score) for row in first]
     assert len({row.score for row in first}) > 1, "the scores tell the entries apart"
-
-
-async def test_a_transaction_indexes_chunks_until_its_bound_or_a_write_waits(
-    tmp_path: Path,
-) -> None:
-    """Alone, a transaction goes on chunk by chunk up to its bound; it ends after one chunk
-    once a write waits or shares it, and says whether rows are left."""
-    async with opened(tmp_path / "store.db") as store:
-        for _ in range(4 * CHUNK + 7):
-            await stored(store, put_request(SCOPE, "walrus"))
-        writer = store._writer
-        rows = seqs(store)
-
-        def nobody() -> bool:
-            return False
-
-        def somebody() -> bool:
-            return True
-
-        async def run(most: int, waiting: Callable[[], bool]) -> tuple[int, bool]:
-            op = functools.partial(index_batch, most=most, writes_waiting=waiting)
-            return cast(tuple[int, bool], await writer.write(op))
-
-        assert await run(2 * CHUNK, nobody) == (rows[2 * CHUNK - 1], True)
-        assert len(index_rows(store)) == 2 * CHUNK
-        assert await run(10 * CHUNK, somebody) == (rows[3 * CHUNK - 1], True)
-        assert len(index_rows(store)) == 3 * CHUNK
-        # An op sharing the transaction waits for it too: one chunk, then the commit.
-        shared: list[tuple[int, bool]] = []
-
-        async def index() -> None:
-            shared.append(await run(10 * CHUNK, nobody))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(index)
-            tg.start_soon(functools.partial(writer.write, lambda txn: None, quick=True))
-        assert shared == [(rows[4 * CHUNK - 1], True)]
-        assert len(index_rows(store)) == 4 * CHUNK
-        position, more = await run(10 * CHUNK, nobody)
-        assert not more and position >= rows[-1] and index_rows(store) == seqs(store)
-        # Nothing left: the position moves to the transaction's start (its ops reserve
-        # sequence numbers), no row is added.
-        again, more = await run(10 * CHUNK, nobody)
-        assert not more and again >= position and index_rows(store) == seqs(store)
 
 
 async def test_rows_deleted_before_they_were_indexed_leave_the_index_whole(
@@ -172,9 +127,9 @@ async def test_rows_deleted_before_they_were_indexed_leave_the_index_whole(
 async def test_an_import_indexes_what_it_wrote(store: SqliteStorage, tmp_path: Path) -> None:
     source = SqliteStorage(str(tmp_path / "source.db"))
     await source.open()
-    items = await exported(source, SCOPE, CHUNK + 5)
-    assert await store.import_entries(entries=items) == CHUNK + 5
-    assert index_rows(store) == seqs(store) and len(seqs(store)) == CHUNK + 5
+    items = await exported(source, SCOPE, BATCH + 5)
+    assert await store.import_entries(entries=items) == BATCH + 5
+    assert index_rows(store) == seqs(store) and len(seqs(store)) == BATCH + 5
 
 
 async def test_short_content_is_counted_after_its_put_and_read_counted_before(

@@ -257,22 +257,6 @@ def test_search_doc_states_which_entries_are_counted_after_their_put() -> None:
     assert f"the token count of an entry of up to {COUNT_LATER_MAX_CHARS:,} characters" in page
 
 
-def test_search_doc_states_how_many_rows_sqlite_indexes_a_transaction() -> None:
-    """docs/search.md gives the SQLite keyword indexer's chunk and transaction sizes."""
-    from pathlib import Path
-
-    from openwop_memory.storage.sqlite.keywords import BACKGROUND_ROWS, CHUNK, SEARCH_ROWS
-
-    page = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
-    page = " ".join(page.split())
-    assert (
-        f"indexes committed rows after it, {CHUNK} at a time, up to {BACKGROUND_ROWS} a"
-        f" transaction while no write waits for the writer (a search's catch-up: up to"
-        f" {SEARCH_ROWS:,})" in page
-    )
-    assert f"ends the transaction at the next {CHUNK}," in page
-
-
 @pytest.mark.parametrize(
     ("cpus", "rows", "fills"), [(2, 9000, True), (4, 9000, False), (2, 100, False)]
 )

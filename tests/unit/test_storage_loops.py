@@ -70,15 +70,15 @@ def test_migrations_after_the_database_s_version_run_in_order() -> None:
         migrations_to_run(5, migrations)
 
 
-async def test_a_catch_up_works_until_a_batch_leaves_nothing_and_only_when_enabled() -> None:
-    left = [True, True, False]
+async def test_a_catch_up_works_until_a_short_batch_and_only_when_enabled() -> None:
+    sizes = [4, 4, 1]
 
-    async def batch() -> bool:
-        return left.pop(0)
+    async def batch() -> int:
+        return sizes.pop(0)
 
-    catch_up = CatchUp(batch, "work_failed")
+    catch_up = CatchUp(batch, 4, "work_failed")
     await catch_up.everything()
-    assert left == []
+    assert sizes == []
     catch_up.enabled = False
     catch_up.note_put()  # nothing scheduled: a batch would find the list empty and fail
     await catch_up.close()

@@ -16,8 +16,8 @@ LINGER = 0.02
 
 
 class CatchUp:
-    """Runs ``batch`` (one transaction; returns whether work may be left) after puts until
-    a batch says none is.
+    """Runs ``batch`` (one transaction; returns how many items it did) after puts until a
+    batch does fewer than ``size``.
 
     Paced: after each batch it rests three times as long as the batch took, so a backlog
     (after a bulk load, say) takes at most a quarter of the writer, and the puts meanwhile
@@ -26,8 +26,9 @@ class CatchUp:
     1.4 ms in ``make bench`` on SQLite; paced so, 6.6 and 0.75.)
     """
 
-    def __init__(self, batch: Callable[[], Awaitable[bool]], what: str) -> None:
+    def __init__(self, batch: Callable[[], Awaitable[int]], size: int, what: str) -> None:
         self._batch = batch
+        self._size = size
         self._what = what  # the log event's name on a failure
         # False leaves all the work to the readers (a benchmark measures a put alone so).
         self.enabled = True
@@ -35,19 +36,19 @@ class CatchUp:
         self._again = False
 
     async def everything(self) -> None:
-        """Batches back to back until one leaves nothing: everything committed before this
-        call is done.
+        """Batches back to back until one is short: everything committed before this call
+        is done.
 
         :raises MemoryServiceError: a commit failed.
         """
-        while await self._batch():
+        while await self._batch() == self._size:
             pass
 
     async def _paced(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            if not await self._batch():
+            if await self._batch() < self._size:
                 return
             await asyncio.sleep(3 * (loop.time() - started))
 

@@ -78,11 +78,10 @@ class KeywordIndexer:
 
     def __init__(self, write: Write) -> None:
         self._write = write
-        self.catch_up = CatchUp(self._batch, "keyword_indexing_failed")
+        self.catch_up = CatchUp(self._batch, BATCH, "keyword_indexing_failed")
 
-    async def _batch(self) -> bool:
-        """Index up to :data:`BATCH` rows nobody else is indexing; whether rows may be left
-        (it found a full batch).
+    async def _batch(self) -> int:
+        """Index up to :data:`BATCH` rows nobody else is indexing; how many it indexed.
 
         :raises MemoryServiceError: the commit failed (nothing was indexed).
         """
@@ -93,7 +92,7 @@ class KeywordIndexer:
                 await _set_vectors(conn, rows)
             return len(rows)
 
-        return await self._write(op) == BATCH
+        return await self._write(op)
 
     async def through(self, *, tenant: str, scope_key: str, snapshot: int) -> None:
         """Return once every row of the scope at or below ``snapshot`` has its vector.

@@ -3,10 +3,9 @@
 
 A put's transaction writes the entry's row and not its terms (the full-text insert was most
 of a small put's cost). ``fts_progress.indexed_seq`` is the commit position up to which
-every row is in ``entries_fts``; :class:`KeywordIndexer` moves it forward shortly after puts
-commit, on the writer thread, a chunk of rows at a time and as many chunks a transaction as
-its bound allows while no write waits (:func:`index_batch`), paced so that a backlog never
-holds the writer for long. Whatever it has not reached
+every row is in ``entries_fts``; :class:`KeywordIndexer` moves it forward, a batch of rows a
+transaction, shortly after puts commit, on the writer thread, paced so that a backlog
+never holds the writer for long. Whatever it has not reached
 yet, a search indexes first (:meth:`KeywordIndexer.through`): every row a snapshot can see
 is then in the index, and the index holds the same terms for them whenever and wherever the
 search runs (the terms are a pure function of the stored, redacted content), so a ranking
@@ -29,27 +28,14 @@ later would rewrite its row's overflow pages, a second copy of the content in th
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 from ...token_count import estimate_tokens
 from ..base import UNCOUNTED
 from ..catch_up import CatchUp
 from .writer import GroupCommit, Txn
 
-CHUNK = 32
-"""Rows read and indexed at a time: under a millisecond of FTS5 work for entries of 30 words
-(p50 0.7 ms, max 10 ms at 20,000 entries), so a put that comes meanwhile waits little."""
-
-BACKGROUND_ROWS = 256
-"""Rows the background indexes in one transaction while no write waits for the writer.
-FTS5 writes the terms of a transaction as one new segment and merges segments as they pile
-up, so the rows a transaction holds set the cost of each (1 KiB of random words: 95 µs a
-row 32 a transaction, 60 at 128, 46 at 512). Chunk by chunk, a put that comes meanwhile
-still waits for one chunk only."""
-
-SEARCH_ROWS = 1024
-"""Rows a search's catch-up indexes in one transaction (it waits for all of them)."""
+BATCH = 32
+"""Rows indexed in one transaction: under a millisecond of FTS5 work for entries of 30
+words (p50 0.7 ms, max 10 ms at 20,000 entries), so a put queued behind it waits little."""
 
 COUNT_LATER_MAX_CHARS = 2048
 """Content up to this long is counted after its put: as ASCII text its row stays on its
@@ -82,37 +68,24 @@ def counted(tokens: int, content: str) -> int:
     return tokens if tokens >= 0 else estimate_tokens(content)
 
 
-def index_batch(txn: Txn, most: int, writes_waiting: Callable[[], bool]) -> tuple[int, bool]:
-    """In ``txn``: index the rows above the recorded position and at or below
-    ``txn.start_seq``, :data:`CHUNK` at a time, count the tokens of those stored uncounted,
-    and record the new position. Stops after the chunk that reaches ``most`` rows, or after
-    any chunk once other ops share ``txn`` or ``writes_waiting()`` (they wait for it).
-
-    Returns the position and whether rows may be left: False means every row up to
-    ``txn.start_seq`` is indexed. Another sidecar of the file may have moved the position
-    already: it is read in the transaction, never assumed."""
-    conn = txn.conn
-    (position,) = conn.execute(_PROGRESS).fetchone()
+def index_batch(txn: Txn) -> tuple[int, int]:
+    """In ``txn``: index up to :data:`BATCH` rows above the recorded position and at or
+    below ``txn.start_seq``, count the tokens of those stored uncounted, and record the new
+    position. Returns the position and how many rows were indexed; fewer than :data:`BATCH`
+    means every row up to ``txn.start_seq`` is indexed. Another sidecar of the file may have
+    moved the position already: it is read in the transaction, never assumed."""
+    (done,) = txn.conn.execute(_PROGRESS).fetchone()
     top = txn.start_seq
-    if position >= top:
-        return int(position), False
-    indexed = 0
-    while True:
-        rows = conn.execute(_ROWS, (position, top, CHUNK)).fetchall()
-        conn.executemany(_INSERT, [row[:3] for row in rows])
-        uncounted = [(estimate_tokens(content), seq) for seq, _, content, n in rows if n < 0]
-        if uncounted:
-            conn.executemany(_COUNT, uncounted)
-        indexed += len(rows)
-        if len(rows) < CHUNK:
-            position, more = top, False
-            break
-        position = int(rows[-1][0])
-        if indexed >= most or txn.ops > 1 or writes_waiting():
-            more = True
-            break
-    conn.execute(_ADVANCE, (position,))
-    return position, more
+    if done >= top:
+        return int(done), 0
+    rows = txn.conn.execute(_ROWS, (done, top, BATCH)).fetchall()
+    position = int(rows[-1][0]) if len(rows) == BATCH else top
+    txn.conn.executemany(_INSERT, [row[:3] for row in rows])
+    uncounted = [(estimate_tokens(content), seq) for seq, _, content, n in rows if n < 0]
+    if uncounted:
+        txn.conn.executemany(_COUNT, uncounted)
+    txn.conn.execute(_ADVANCE, (position,))
+    return position, len(rows)
 
 
 class KeywordIndexer:
@@ -123,20 +96,16 @@ class KeywordIndexer:
         self._writer = writer
         # A lower bound of the database's position: this process's commits only.
         self.indexed_seq = 0
-        self.catch_up = CatchUp(self._batch, "keyword_indexing_failed")
+        self.catch_up = CatchUp(self._batch, BATCH, "keyword_indexing_failed")
 
-    async def _batch(self, most: int = BACKGROUND_ROWS) -> bool:
-        """One transaction of up to ``most`` rows (see :func:`index_batch`); whether rows
-        may be left.
+    async def _batch(self) -> int:
+        """One batch; the rows it indexed.
 
         :raises MemoryServiceError: the commit failed (nothing was indexed).
         """
-        writer = self._writer
-        position, more = await writer.write(
-            functools.partial(index_batch, most=most, writes_waiting=writer.writes_waiting)
-        )
+        position, count = await self._writer.write(index_batch)
         self.indexed_seq = max(self.indexed_seq, position)
-        return bool(more)
+        return int(count)
 
     async def through(self, position: int) -> None:
         """Return once every row at or below ``position`` (a committed position, such as a
@@ -144,8 +113,7 @@ class KeywordIndexer:
 
         :raises MemoryServiceError: a commit failed; the search cannot be exact, so it fails.
         """
-        # A transaction that leaves no row has indexed everything committed before it
-        # began, which includes ``position``: the loop ends even if the position was never
-        # a commit's.
-        while self.indexed_seq < position and await self._batch(SEARCH_ROWS):
+        # A batch short of BATCH has indexed everything committed before it began, which
+        # includes ``position``: the loop ends even if the position was never a commit's.
+        while self.indexed_seq < position and await self._batch() == BATCH:
             pass

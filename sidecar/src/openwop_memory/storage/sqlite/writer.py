@@ -145,8 +145,6 @@ class Txn:
     last_us: int
     limit: int
     start_seq: int
-    # Ops in this transaction: more than one, and the others wait for whatever one does.
-    ops: int = 1
     # Rows the ops add, inserted with one executemany each just before COMMIT.
     entries: list[EntryInsert] = field(default_factory=list)
     tags: list[tuple[int, str, int]] = field(default_factory=list)  # scope_pk, tag, seq
@@ -296,11 +294,6 @@ class GroupCommit:
         self._commits = 0
         self._checkpoint_at = checkpoint_bytes
         self._checkpointing = 0  # checkpoints queued or running
-
-    def writes_waiting(self) -> bool:
-        """Whether writes are queued for the next commit (an op in progress may cut its work
-        short for them). Safe to call from the writer thread."""
-        return bool(self._pending)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on the writer thread, after whatever is already queued there."""
@@ -563,7 +556,7 @@ class GroupCommit:
                 " RETURNING seq - ?, last_us",
                 (len(batch), self.clock(), len(batch)),
             ).fetchall()[0]
-            txn = Txn(conn, seq, last_us, limit=seq + len(batch), start_seq=seq, ops=len(batch))
+            txn = Txn(conn, seq, last_us, limit=seq + len(batch), start_seq=seq)
             for op in batch:
                 op.error = None
                 if fault is not None:
