@@ -33,8 +33,9 @@ pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
 A = Scope("tenant-a", "scope-a")
 B = Scope("tenant-b", "scope-b")
 NOW = 1_800_000_000_000_000
-STATEMENTS = ("begin", "clock", "op", "entries", "tags", "keys", "commit")
-TAGS = ("t1", "t2")  # so that a put runs every statement of STATEMENTS
+# Every statement a put runs ("tags" is an import's: a put's tags are indexed after it).
+STATEMENTS = ("begin", "clock", "op", "entries", "keys", "commit")
+TAGS = ("t1", "t2")
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from __future__ import annotations
 from ...token_count import estimate_tokens
 from ..base import UNCOUNTED
 from ..catch_up import CatchUp
+from .tags import index_tags
 from .writer import GroupCommit, Txn
 
 BATCH = 32
@@ -69,11 +70,15 @@ def counted(tokens: int, content: str) -> int:
 
 
 def index_batch(txn: Txn) -> tuple[int, int]:
-    """In ``txn``: index up to :data:`BATCH` rows above the recorded position and at or
-    below ``txn.start_seq``, count the tokens of those stored uncounted, and record the new
+    """In ``txn``: index the tags of the rows not in the tag index yet (``tags.py``), then
+    index up to :data:`BATCH` rows above the recorded position and at or below
+    ``txn.start_seq``, count the tokens of those stored uncounted, and record the new
     position. Returns the position and how many rows were indexed; fewer than :data:`BATCH`
     means every row up to ``txn.start_seq`` is indexed. Another sidecar of the file may have
     moved the position already: it is read in the transaction, never assumed."""
+    # The tags first, by a larger step: they are never behind the keywords, so a batch
+    # short of BATCH has indexed the tags up to txn.start_seq as well.
+    index_tags(txn)
     (done,) = txn.conn.execute(_PROGRESS).fetchone()
     top = txn.start_seq
     if done >= top:

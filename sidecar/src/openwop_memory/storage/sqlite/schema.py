@@ -65,6 +65,10 @@ written before this version carry no ``seq``).
 Version 11 changes no table: from it on, ``entries.tokens`` may hold -1 (``UNCOUNTED``), a
 count the keyword indexing batch has not taken yet (see ``keywords.py``). The version keeps
 an older sidecar, which would take -1 for a count, from opening the file.
+
+Version 12 writes a put's tags into ``entry_tags`` after its commit, as the keywords:
+``fts_progress.tagged_seq`` is the position up to which every row's tags are there (see
+``tags.py``). An older sidecar would miss the rows above it in a list by tag.
 """
 
 from __future__ import annotations
@@ -285,6 +289,14 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         ],
     ),
     (11, []),
+    (
+        12,
+        [
+            # Every row so far had its tags written by its put.
+            "ALTER TABLE fts_progress ADD COLUMN tagged_seq INTEGER NOT NULL DEFAULT 0",
+            "UPDATE fts_progress SET tagged_seq = (SELECT seq FROM clock)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
