@@ -3,11 +3,13 @@
 Same schema (the sidecar's migrations, imported), same pragmas as the sidecar's writer
 connection (WAL, ``synchronous = NORMAL``, foreign keys, secure delete, the same WAL
 checkpoint interval), same statements per transaction as its group commit (reserve the
-sequence numbers in ``clock``, insert the entries, insert their tags, commit), rows of the
-same shape and size, a file on the same filesystem as the sidecar's database. What it
-leaves out is everything the sidecar adds: the socket, JSON-RPC, validation, redaction and
-the hand-off to the thread that commits. So ``sidecar puts per second / these rows per
-second`` is the share of SQLite's speed the sidecar delivers.
+sequence numbers in ``clock``, insert the entries, insert their change-feed records,
+commit; the tags, terms and token counts the sidecar indexes after the put, off its path,
+are not written here), rows of the same shape and size, a file on the same filesystem as
+the sidecar's database. What it leaves out is everything the sidecar adds: the socket,
+JSON-RPC, validation, redaction and the hand-off to the thread that commits. So ``sidecar
+puts per second / these rows per second`` is the share of SQLite's speed the sidecar
+delivers.
 
 It runs in the calling thread, one connection, nothing else open on the file.
 """
@@ -23,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from openwop_memory.storage.sqlite.keywords import tokens_to_store
 from openwop_memory.storage.sqlite.schema import MIGRATIONS
-from openwop_memory.token_count import estimate_tokens
 
 PRAGMAS = (
     "PRAGMA journal_mode = WAL",
@@ -38,7 +40,9 @@ _INSERT_ENTRIES = (
     "INSERT INTO entries (seq, id, scope_pk, content, tags, created_us, expires_us, tokens)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_TAGS = "INSERT INTO entry_tags (scope_pk, tag, seq) VALUES (?, ?, ?)"
+_INSERT_CHANGES = (
+    "INSERT INTO changes (tenant, scope_pk, entry_id, op, at_us, seq) VALUES (?, ?, ?, ?, ?, ?)"
+)
 _SCOPE_PK = 1
 
 
@@ -85,24 +89,26 @@ def _commit_batch(conn: sqlite3.Connection, entries: list[dict[str, Any]]) -> No
             (len(entries), time.time_ns() // 1000, len(entries)),
         ).fetchall()[0]
         rows: list[tuple[Any, ...]] = []
-        tags: list[tuple[int, str, int]] = []
+        changes: list[tuple[Any, ...]] = []
         for entry in entries:
             seq += 1
+            entry_id = f"mem_{last_us:013x}{secrets.token_hex(10)}"
+            content = entry["content"]
             rows.append(
                 (
                     seq,
-                    f"mem_{last_us:013x}{secrets.token_hex(10)}",
+                    entry_id,
                     _SCOPE_PK,
-                    entry["content"],
+                    content,
                     orjson.dumps(entry["tags"]),
                     last_us,
                     None,
-                    estimate_tokens(entry["content"]),
+                    tokens_to_store(content),
                 )
             )
-            tags.extend((_SCOPE_PK, tag, seq) for tag in entry["tags"])
+            changes.append(("bench", _SCOPE_PK, entry_id, "put", last_us, seq))
         conn.executemany(_INSERT_ENTRIES, rows)
-        conn.executemany(_INSERT_TAGS, tags)
+        conn.executemany(_INSERT_CHANGES, changes)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
