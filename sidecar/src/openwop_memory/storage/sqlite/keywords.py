@@ -70,15 +70,11 @@ def counted(tokens: int, content: str) -> int:
 
 
 def index_batch(txn: Txn) -> tuple[int, int]:
-    """In ``txn``: index the tags of the rows not in the tag index yet (``tags.py``), then
-    index up to :data:`BATCH` rows above the recorded position and at or below
-    ``txn.start_seq``, count the tokens of those stored uncounted, and record the new
+    """In ``txn``: index up to :data:`BATCH` rows above the recorded position and at or
+    below ``txn.start_seq``, count the tokens of those stored uncounted, and record the new
     position. Returns the position and how many rows were indexed; fewer than :data:`BATCH`
     means every row up to ``txn.start_seq`` is indexed. Another sidecar of the file may have
     moved the position already: it is read in the transaction, never assumed."""
-    # The tags first, by a larger step: they are never behind the keywords, so a batch
-    # short of BATCH has indexed the tags up to txn.start_seq as well.
-    index_tags(txn)
     (done,) = txn.conn.execute(_PROGRESS).fetchone()
     top = txn.start_seq
     if done >= top:
@@ -94,17 +90,27 @@ def index_batch(txn: Txn) -> tuple[int, int]:
 
 
 class KeywordIndexer:
-    """Moves ``fts_progress`` forward after puts (:attr:`catch_up`), and on demand before
-    a search."""
+    """Moves ``fts_progress`` forward after puts (:attr:`catch_up`, the tags' position
+    too), and on demand before a search (the keywords': a search reads tags from rows)."""
 
     def __init__(self, writer: GroupCommit) -> None:
         self._writer = writer
         # A lower bound of the database's position: this process's commits only.
         self.indexed_seq = 0
-        self.catch_up = CatchUp(self._batch, BATCH, "keyword_indexing_failed")
+        self.catch_up = CatchUp(self._background_batch, BATCH, "keyword_indexing_failed")
+
+    async def _background_batch(self) -> int:
+        """A step of the tags (``tags.py``), then one of the keywords, each its own
+        transaction; :data:`BATCH` while either was full, else the rows it indexed.
+
+        :raises MemoryServiceError: a commit failed.
+        """
+        more_tags: bool = await self._writer.write(index_tags)
+        count = await self._batch()
+        return BATCH if more_tags else count
 
     async def _batch(self) -> int:
-        """One batch; the rows it indexed.
+        """One batch of keywords; the rows it indexed.
 
         :raises MemoryServiceError: the commit failed (nothing was indexed).
         """

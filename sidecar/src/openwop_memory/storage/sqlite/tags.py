@@ -6,9 +6,10 @@ lands on its own leaf page, so a group commit of puts with a few distinct tags d
 page per tag (about 10 µs of the event loop's CPU per put with two tags). A put now writes
 the entry's row alone; its ``tags`` column already holds the tags, and
 ``fts_progress.tagged_seq`` is the commit position up to which every row's tags are in
-``entry_tags``. The keyword indexing batch (``keywords.py``) moves it forward first, by up to
-:data:`BATCH` rows a transaction, eight times its own step, so the tags are never behind
-the keywords.
+``entry_tags``. The keyword indexer's background (``keywords.py``) moves it forward by up to
+:data:`BATCH` rows, eight times its own step, in a transaction of its own before each of its
+batches (a put waits behind one short transaction, not the two together), and goes on while
+either step is full.
 
 Reads never wait for it. A row above the position is tested by its ``tags`` column
 (:data:`HAS_TAG_SQL` tests every row so); a list by tag reads the rows above the position
@@ -43,15 +44,17 @@ _INSERT = (
 _ADVANCE = "UPDATE fts_progress SET tagged_seq = ?"
 
 
-def index_tags(txn: Txn, limit: int | None = BATCH) -> int:
+def index_tags(txn: Txn, limit: int | None = BATCH) -> bool:
     """In ``txn``: put the tags of up to ``limit`` rows (``None``: every row) above the
     recorded position and at or below ``txn.start_seq`` into ``entry_tags``, and record the
-    new position, which it returns. ``OR IGNORE``: a row's tags may be there already (an
-    import writes them at its insert, and a database made before version 12 did at put)."""
+    new position. Whether the limit stopped it short of ``txn.start_seq`` (more to do).
+    ``OR IGNORE``: a row's tags may be there already (an import writes them at its insert,
+    and a database made before version 12 did at put). Another sidecar of the file may have
+    moved the position: it is read in the transaction, never assumed."""
     (done,) = txn.conn.execute(_POSITION).fetchone()
     top = txn.start_seq
     if done >= top:
-        return int(done)
+        return False
     position = top
     if limit is not None:
         row = txn.conn.execute(_NEXT, (done, top, limit - 1)).fetchone()
@@ -59,7 +62,7 @@ def index_tags(txn: Txn, limit: int | None = BATCH) -> int:
             position = int(row[0])
     txn.conn.execute(_INSERT, (done, position))
     txn.conn.execute(_ADVANCE, (position,))
-    return position
+    return position < top
 
 
 def tagged_union(columns: str, scope_pk: str, conditions: str, top: str = ":snap") -> str:
