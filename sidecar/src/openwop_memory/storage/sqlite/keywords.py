@@ -90,33 +90,28 @@ def index_batch(txn: Txn) -> tuple[int, int]:
 
 
 class KeywordIndexer:
-    """Moves ``fts_progress`` forward after puts (:attr:`catch_up`, the tags' position
-    too), and on demand before a search (the keywords': a search reads tags from rows)."""
+    """Moves ``fts_progress`` forward (the tags' position too) after puts
+    (:attr:`catch_up`), and on demand before a search."""
 
     def __init__(self, writer: GroupCommit) -> None:
         self._writer = writer
         # A lower bound of the database's position: this process's commits only.
         self.indexed_seq = 0
-        self.catch_up = CatchUp(self._background_batch, BATCH, "keyword_indexing_failed")
+        self.catch_up = CatchUp(self._batch, BATCH, "keyword_indexing_failed")
 
-    async def _background_batch(self) -> int:
-        """A step of the tags (``tags.py``), then one of the keywords, each its own
-        transaction; :data:`BATCH` while either was full, else the rows it indexed.
+    async def _batch(self) -> int:
+        """A step of the tags (``tags.py``), then a batch of keywords, each its own
+        transaction (a put waits behind one of them, not both); :data:`BATCH` while either
+        was full, else the rows whose keywords it indexed. A search's catch-up takes the
+        tags' steps too: they are eight times longer, so the tags are done before the
+        keywords, and no backlog of them is left to compete with the searches after it.
 
         :raises MemoryServiceError: a commit failed.
         """
         more_tags: bool = await self._writer.write(index_tags)
-        count = await self._batch()
-        return BATCH if more_tags else count
-
-    async def _batch(self) -> int:
-        """One batch of keywords; the rows it indexed.
-
-        :raises MemoryServiceError: the commit failed (nothing was indexed).
-        """
         position, count = await self._writer.write(index_batch)
         self.indexed_seq = max(self.indexed_seq, position)
-        return int(count)
+        return BATCH if more_tags else int(count)
 
     async def through(self, position: int) -> None:
         """Return once every row at or below ``position`` (a committed position, such as a

@@ -6,10 +6,10 @@ lands on its own leaf page, so a group commit of puts with a few distinct tags d
 page per tag (about 10 µs of the event loop's CPU per put with two tags). A put now writes
 the entry's row alone; its ``tags`` column already holds the tags, and
 ``fts_progress.tagged_seq`` is the commit position up to which every row's tags are in
-``entry_tags``. The keyword indexer's background (``keywords.py``) moves it forward by up to
-:data:`BATCH` rows, eight times its own step, in a transaction of its own before each of its
-batches (a put waits behind one short transaction, not the two together), and goes on while
-either step is full.
+``entry_tags``. The keyword indexer (``keywords.py``) moves it forward by up to :data:`BATCH`
+rows, eight times its own step, in a transaction of its own before each of its batches (a
+put waits behind one short transaction, not the two together), and goes on while either
+step is full.
 
 Reads never wait for it. A row above the position is tested by its ``tags`` column
 (:data:`HAS_TAG_SQL` tests every row so); a list by tag reads the rows above the position
