@@ -44,17 +44,17 @@ _INSERT = (
 _ADVANCE = "UPDATE fts_progress SET tagged_seq = ?"
 
 
-def index_tags(txn: Txn, limit: int | None = BATCH) -> bool:
+def index_tags(txn: Txn, limit: int | None = BATCH) -> tuple[int, bool]:
     """In ``txn``: put the tags of up to ``limit`` rows (``None``: every row) above the
     recorded position and at or below ``txn.start_seq`` into ``entry_tags``, and record the
-    new position. Whether the limit stopped it short of ``txn.start_seq`` (more to do).
+    new position. Returns it, and whether the limit stopped it short of ``txn.start_seq``.
     ``OR IGNORE``: a row's tags may be there already (an import writes them at its insert,
     and a database made before version 12 did at put). Another sidecar of the file may have
     moved the position: it is read in the transaction, never assumed."""
     (done,) = txn.conn.execute(_POSITION).fetchone()
     top = txn.start_seq
     if done >= top:
-        return False
+        return int(done), False
     position = top
     if limit is not None:
         row = txn.conn.execute(_NEXT, (done, top, limit - 1)).fetchone()
@@ -62,7 +62,7 @@ def index_tags(txn: Txn, limit: int | None = BATCH) -> bool:
             position = int(row[0])
     txn.conn.execute(_INSERT, (done, position))
     txn.conn.execute(_ADVANCE, (position,))
-    return position < top
+    return position, position < top
 
 
 def tagged_union(columns: str, scope_pk: str, conditions: str, top: str = ":snap") -> str:
