@@ -107,7 +107,6 @@ _VISIBLE = (
     " AND (e.expires_us IS NULL OR e.expires_us > :now)"
 )
 _SCOPE_PK = "(SELECT scope_pk FROM scopes WHERE tenant = :tenant AND key = :key)"
-_HAS_TAG = HAS_TAG_SQL.format(tag=":tag")
 _KEYWORD_SQL = Dialect(
     counts="(SELECT total FROM n), (SELECT group_concat(cnt) FROM df)",
     limit=":limit",
@@ -286,7 +285,7 @@ def _keyword_query(
         # CROSS JOIN keeps the matches as the outer loop: otherwise the planner may read
         # the whole scope and look each entry up among the matches.
         " v (seq, term) AS (SELECT m.seq, m.term FROM m CROSS JOIN entries e ON e.seq = m.seq"
-        f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR {_HAS_TAG})"
+        f" WHERE e.scope_pk = {_SCOPE_PK} AND {_VISIBLE} AND (:tag IS NULL OR {HAS_TAG_SQL})"
         f"{_where_sql(where, params)}),"
         f" {_SCORES}"
         f" SELECT {best_matches(_KEYWORD_SQL, _ENTRY_COLUMNS, rows=rows, budget=budget)}"
@@ -321,7 +320,7 @@ def _check_query(
     sql = (
         f"SELECT e.seq, {_VISIBLE}"
         f" AND (:max_tokens IS NULL OR {TOKENS_SQL} <= :max_tokens)"
-        f" AND (:tag IS NULL OR {_HAS_TAG}){conditions}{columns}"
+        f" AND (:tag IS NULL OR {HAS_TAG_SQL}){conditions}{columns}"
         " FROM entries e WHERE e.seq IN (SELECT value FROM json_each(:seqs))"
         # "+": each candidate by its rowid, the scope checked on the row. Through the
         # scope's index, each was two lookups (a check of 187: 0.70 ms against 0.47).
@@ -1069,12 +1068,11 @@ class SqliteStorage:
         now_us: int,
         tag: str | None,
         where: ListFilter | None,
-        below: bool = False,
+        before: int | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """``SELECT`` of the seq and ``columns`` of the entries a list considers (with
-        ``below``, only those below ``:before``, a parameter the caller adds), and its
-        parameters. With a tag it is a compound (:func:`tagged_union`): ordered by ``1``,
-        never by ``e.seq``."""
+        ``before``, only those below it), and its parameters. With a tag it is a compound
+        (:func:`tagged_union`): ordered by ``1``, never by ``e.seq``."""
         params: dict[str, Any] = {
             "tenant": scope.tenant,
             "key": scope.key,
@@ -1082,15 +1080,17 @@ class SqliteStorage:
             "now": now_us,
         }
         conditions = f" AND {_VISIBLE}{_where_sql(where, params)}"
+        if before is not None:
+            params["before"] = before
         if tag is None:
             sql = (
                 f"SELECT e.seq, {columns} FROM entries e WHERE e.scope_pk = {_SCOPE_PK}{conditions}"
             )
-            if below:
+            if before is not None:
                 sql += " AND e.seq < :before"
         else:
             params["tag"] = tag
-            top = "min(:snap, :before - 1)" if below else ":snap"
+            top = ":snap" if before is None else "min(:snap, :before - 1)"
             sql = tagged_union(columns, _SCOPE_PK, conditions, top)
         return sql, params
 
@@ -1106,10 +1106,9 @@ class SqliteStorage:
         before: int | None,
     ) -> Sequence[tuple[int, EntryRow]]:
         selection, params = self._selection(
-            _ENTRY_COLUMNS, scope, snapshot, now_us, tag, where, below=True
+            _ENTRY_COLUMNS, scope, snapshot, now_us, tag, where, 2**62 if before is None else before
         )
         params["limit"] = limit
-        params["before"] = 2**62 if before is None else before
         sql = f"{selection} ORDER BY 1 DESC LIMIT :limit"
         with translate_errors():
             rows = await self._read(sql, params)
