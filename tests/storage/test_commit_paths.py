@@ -21,7 +21,7 @@ from openwop_memory.storage.base import EntryRow, RunKey, Scope, Snapshot
 from openwop_memory.storage.sqlite import writer as sqlite_writer
 from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.timefmt import now_us
-from support.sqlite_store import opened
+from support.sqlite_store import opened, stored_bytes, wal_bytes, wal_frames
 from support.store import fresh_snapshot, put_request, stored
 
 pytestmark = [pytest.mark.sqlite_only, pytest.mark.anyio]
@@ -60,10 +60,6 @@ async def until(condition: Callable[[], bool]) -> None:
     with anyio.fail_after(5):
         while not condition():  # noqa: ASYNC110
             await anyio.sleep(0.005)
-
-
-def wal_bytes(database: Path) -> int:
-    return Path(f"{database}-wal").stat().st_size
 
 
 async def test_puts_commit_on_the_loop_and_other_writes_on_the_writer_thread(
@@ -159,12 +155,15 @@ async def test_a_slow_commit_sends_commits_off_the_loop_for_a_while(
         assert threads.of("commit") == [loop]
 
 
-async def test_checkpoints_run_on_their_own_thread_and_empty_the_wal(
+async def test_checkpoints_run_on_their_own_thread_and_restart_the_wal_in_place(
     tmp_path: Path, threads: Threads
 ) -> None:
     """Past ``checkpoint_bytes`` of WAL a checkpoint runs on neither the loop nor the
-    writer thread, and truncates the WAL; SQLite's own checkpoint (which would run inside
-    a commit on the loop) is off on the writer connection."""
+    writer thread, and the WAL starts over: the next commit writes from the file's start
+    and cuts the file back to ``checkpoint_bytes``, which stays allocated (appending past
+    a file's end costs the kernel twice what writing over it does). SQLite's own
+    checkpoint (which would run inside a commit on the loop) is off on the writer
+    connection."""
     path = tmp_path / "memory.db"
     async with opened(path, checkpoint_bytes=64 << 10) as store:
         writer = store._writer
@@ -177,7 +176,10 @@ async def test_checkpoints_run_on_their_own_thread_and_empty_the_wal(
         await until(lambda: not writer._checkpointing)
         [checkpointer] = threads.of("checkpoint")
         assert checkpointer not in (threading.get_ident(), writer._thread.ident)
-        assert wal_bytes(path) < 64 << 10
+        assert wal_bytes(path) > 64 << 10
+        await stored(store, put_request(A, "after"))
+        assert wal_frames(path) <= 10  # one commit's pages
+        assert wal_bytes(path) == 64 << 10
 
 
 async def test_reads_and_writes_go_on_while_a_checkpoint_runs(
@@ -210,10 +212,10 @@ async def test_reads_and_writes_go_on_while_a_checkpoint_runs(
         assert loop not in threads.of("commit")
         release.set()
         await until(lambda: not writer._checkpointing)
-        assert wal_bytes(path) == 0
         threads.seen.clear()
         await stored(store, put_request(A, "after"))
         assert threads.of("commit") == [loop]
+        assert wal_frames(path) <= 10  # one commit's pages: started over
         snap = await fresh_snapshot(store, A.tenant)
         assert [await read(store, snap, entry) for entry in during] == during
 
@@ -242,8 +244,36 @@ async def test_a_reader_pinning_the_wal_holds_writes_up_only_briefly(tmp_path: P
             while writer._checkpoint_at != step:
                 await stored(store, put_request(A, "x" * 2000))
                 await until(lambda: not writer._checkpointing)
-        assert wal_bytes(path) < step
+        await stored(store, put_request(A, "after"))
+        assert wal_frames(path) <= 10  # one commit's pages: started over
         assert await read(store, await fresh_snapshot(store, A.tenant), first) == first
+
+
+async def test_a_forget_empties_the_wal_a_growth_checkpoint_only_started_over(
+    tmp_path: Path, threads: Threads
+) -> None:
+    """A WAL that starts over is written over from its start, so its file still holds older
+    frames: a forget empties it (as an expiry sweep does), and then neither the database
+    file nor its WAL holds a byte of the forgotten entry."""
+    path = tmp_path / "memory.db"
+    marker = "ForgetMeQ7z4k9w2"
+    # The marker's frames land past those the commit after the restart writes over, and
+    # within the checkpoint_bytes the file is cut back to.
+    async with opened(path, checkpoint_bytes=1 << 20) as store:
+        for _ in range(3):
+            await stored(store, put_request(A, "x" * 2000))
+        await stored(store, put_request(A, f"remember {marker}", tags=("subject:s1",)))
+        store._writer.before_statement = threads
+        with anyio.fail_after(10):
+            while not threads.of("checkpoint"):
+                await stored(store, put_request(A, "x" * 2000))
+        await until(lambda: not store._writer._checkpointing)
+        await stored(store, put_request(A, "after"))
+        assert wal_frames(path) <= 10  # started over...
+        assert marker.encode() in stored_bytes(path)  # ...over the old frames
+        assert await store.forget(tenant=A.tenant, tag="subject:s1", batch_size=10) == 1
+        assert wal_bytes(path) == 0
+        assert marker.encode() not in stored_bytes(path)
 
 
 async def test_a_cancelled_caller_does_not_undo_its_write(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,3 +26,26 @@ async def opened(
     finally:
         store._writer.before_statement = None
         await store.close()
+
+
+def wal_bytes(database: Path) -> int:
+    """The size of ``database``'s WAL file."""
+    return Path(f"{database}-wal").stat().st_size
+
+
+def stored_bytes(database: Path) -> bytes:
+    """What ``database``'s file and its WAL hold, as raw bytes (the file's, then the WAL's)."""
+    wal = Path(f"{database}-wal")
+    return database.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+def wal_frames(database: Path) -> int:
+    """How many frames ``database``'s WAL holds now (the log's length, not its file's
+    size: a restarted WAL is written over from its start). Read with a PASSIVE checkpoint
+    of its own, which changes nothing a reader sees."""
+    conn = sqlite3.connect(database, isolation_level=None)
+    try:
+        frames: int = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+    finally:
+        conn.close()
+    return frames

@@ -41,12 +41,17 @@ that crosses its threshold and holds it for as long as its copying and fsyncs ta
 is off on the writer connection (``make bench`` measures a ``get`` during a checkpoint).
 Instead, once the WAL file has grown past ``checkpoint_bytes`` (looked at every few
 commits), a checkpoint thread with a connection of its own checkpoints: PASSIVE (commits
-and reads go on meanwhile), then TRUNCATE with a short busy timeout, which holds the write
-lock only to copy what was committed during the PASSIVE one and to empty the WAL. Without
-that second step, commits landing during every checkpoint would keep the WAL from ever
-starting over. If a reader still needs the WAL, TRUNCATE gives up after that short wait,
-and the next try waits until the WAL has grown by another ``checkpoint_bytes``. The
-sweeper's PASSIVE and shutdown's TRUNCATE run there too.
+and reads go on meanwhile), then RESTART with a short busy timeout, which holds the write
+lock only to copy what was committed during the PASSIVE one and makes the next commit
+start the WAL over. Without that second step, commits landing during every checkpoint would
+keep the WAL from ever starting over. If a reader still needs the WAL, RESTART gives up
+after that short wait, and the next try waits until the WAL has grown by another
+``checkpoint_bytes``. The WAL starts over in place, not truncated: the commit that writes
+its first frame cuts the file back to ``checkpoint_bytes`` (the writer connection's
+``journal_size_limit``), and every commit after writes over pages the file already has,
+where appending past its end cost the kernel twice as much a frame (allocating and zeroing
+them). Emptying the file is for erasure: an expiry sweep and a forget TRUNCATE it
+(:meth:`GroupCommit.empty_wal`), as shutdown does. The sweeper's PASSIVE runs there too.
 
 The rule every op follows: **a failed commit leaves no trace.** An op changes nothing but
 the transaction it is given; whatever in-memory state it derives from its writes (a new
@@ -92,9 +97,9 @@ _SLOW_FORGOTTEN_S = 60.0
 # Larger batches go to the writer thread: their SQLite work would hold the loop for more
 # than a few milliseconds, and the hand-off is a small share of it.
 _LOOP_BATCH_MAX = 64
-# How long a checkpoint's TRUNCATE step may wait for the write lock, then for readers to
-# leave the WAL, while holding writers up.
-_TRUNCATE_WAIT_MS = 50
+# How long a checkpoint's last step (RESTART, or TRUNCATE to empty the WAL) may wait for the
+# write lock, then for readers to leave the WAL, while holding writers up.
+_LAST_STEP_WAIT_MS = 50
 # Commits between two looks at the WAL's size (a stat).
 _WAL_LOOK_EVERY = 16
 # The WAL size that triggers a checkpoint, as SQLite's automatic one did here (4000 pages):
@@ -307,6 +312,9 @@ class GroupCommit:
         self._thread.start()
         self._checkpoints.start()
         conn: sqlite3.Connection = await self.run(connect)
+        # A growth checkpoint restarts the WAL in place (see _checkpoint_wal); the commit that
+        # writes its first frame then cuts the file back to this size.
+        await self.run(conn.execute, f"PRAGMA journal_size_limit = {int(self.checkpoint_bytes)}")
         self._conn = conn
         return conn
 
@@ -468,10 +476,13 @@ class GroupCommit:
             size = os.stat(self._wal_path).st_size
         except OSError:
             return
-        if size >= self._checkpoint_at and self._conn is not None:
+        # Strictly past: a restarted WAL keeps a file of checkpoint_bytes (see start).
+        if size > self._checkpoint_at and self._conn is not None:
             assert self._loop is not None
             self._checkpointing += 1
-            self._checkpoints.submit(self._loop, self._checkpoint_wal, (), self._checkpointed)
+            self._checkpoints.submit(
+                self._loop, self._checkpoint_wal, ("RESTART",), self._checkpointed
+            )
 
     def _checkpointed(self, emptied: bool, error: BaseException | None) -> None:
         self._checkpointing -= 1
@@ -601,16 +612,17 @@ class GroupCommit:
             self._checkpointer = self._connect()
         return self._checkpointer
 
-    def _checkpoint_wal(self) -> bool:
-        """PASSIVE, then TRUNCATE with a short busy timeout; whether the WAL was emptied."""
+    def _checkpoint_wal(self, last: Literal["RESTART", "TRUNCATE"]) -> bool:
+        """PASSIVE, then ``last`` with a short busy timeout; whether the WAL was emptied
+        (every frame checkpointed, and the next commit starts it over)."""
         conn = self._checkpoint_connection()
         fault = self.before_statement
         if fault is not None:
             fault("checkpoint")
         _run_to_completion(conn, "PRAGMA wal_checkpoint(PASSIVE)")
-        conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_WAIT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {_LAST_STEP_WAIT_MS}")
         try:
-            blocked = _run_to_completion(conn, "PRAGMA wal_checkpoint(TRUNCATE)")[0][0]
+            blocked = _run_to_completion(conn, f"PRAGMA wal_checkpoint({last})")[0][0]
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         return not blocked
@@ -658,9 +670,9 @@ class GroupCommit:
             self._checkpointing -= 1
 
     async def empty_wal(self) -> bool:
-        """Checkpoint as the WAL's growth does (PASSIVE, then TRUNCATE waiting at most a few
-        tens of ms for readers), on the checkpoint thread; whether the WAL file is empty
-        now, so that no frame older than the checkpoint is left in it.
+        """Checkpoint as the WAL's growth does, but truncating it (PASSIVE, then TRUNCATE
+        waiting at most a few tens of ms for readers), on the checkpoint thread; whether
+        the WAL file is empty now, so that no frame older than the checkpoint is left in it.
 
         :raises MemoryServiceError: the checkpoint failed.
         """
@@ -670,7 +682,7 @@ class GroupCommit:
         emptied = False
         try:
             with anyio.CancelScope(shield=True), translate_errors():
-                emptied = await self._checkpoints.run(self._checkpoint_wal)
+                emptied = await self._checkpoints.run(self._checkpoint_wal, "TRUNCATE")
         finally:
             self._checkpointing -= 1
         return emptied
