@@ -10,6 +10,7 @@ or holds it (no timing is asserted).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -247,6 +248,34 @@ async def test_a_reader_pinning_the_wal_holds_writes_up_only_briefly(tmp_path: P
         await stored(store, put_request(A, "after"))
         assert wal_frames(path) <= 10  # one commit's pages: started over
         assert await read(store, await fresh_snapshot(store, A.tenant), first) == first
+
+
+def _nothing(txn: sqlite_writer.Txn) -> None:
+    return None
+
+
+async def _commits_of_two_writes_a_turn_apart(writer: sqlite_writer.GroupCommit) -> int:
+    """Commits taken by one write and another started a turn of the loop after it (once
+    the first has asked for its commit)."""
+    loop = asyncio.get_running_loop()
+    before = writer.commits
+    first = loop.create_task(writer.write(_nothing, quick=True))
+    await asyncio.sleep(0)  # the first write runs: it is waiting, its commit is due
+    second = loop.create_task(writer.write(_nothing, quick=True))
+    await asyncio.gather(first, second)
+    return writer.commits - before
+
+
+async def test_under_concurrent_writers_a_commit_waits_a_turn_for_more(tmp_path: Path) -> None:
+    """After a commit of several writes, the next commit waits one more turn of the loop:
+    a write started in that turn joins it. After a commit of one (a lone writer), the next
+    commits at once: the write a turn later gets a commit of its own."""
+    async with opened(tmp_path / "memory.db") as store:
+        writer = store._writer
+        await asyncio.gather(*(writer.write(_nothing, quick=True) for _ in range(3)))
+        assert await _commits_of_two_writes_a_turn_apart(writer) == 1
+        await writer.write(_nothing, quick=True)  # alone
+        assert await _commits_of_two_writes_a_turn_apart(writer) == 2
 
 
 async def test_a_forget_empties_the_wal_a_growth_checkpoint_only_started_over(

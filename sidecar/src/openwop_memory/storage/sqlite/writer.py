@@ -32,6 +32,18 @@ instead when:
   a while, twice as long each time it happens again, so a bad disk stalls the loop now and
   then rather than on every write.
 
+**How many writes a commit takes.** A commit costs about as much again as the rows it
+writes (taking the lock, the WAL frames of every page it touched, the clock), so fewer,
+larger commits cost less a write: the rows of a put's shape, 11 a transaction, took 17.6
+µs of CPU a row, 22 a transaction 14.0. Under concurrent writers, a commit due is made to
+wait one more turn of the loop, so that the writes of requests read in that turn join it
+too: only once, only after a commit that carried more than one write (a lone sequential
+writer never waits), and not when half a loop batch is already waiting. It is PostgreSQL's
+``commit_delay`` with ``commit_siblings``, with a turn of the loop for the delay. With 32
+clients putting, commits carried 21 writes where they carried 13, the loop's CPU per put
+fell by about a tenth and throughput rose as much; the turn a write waits is shorter than
+the share of the loop it saves the other writers.
+
 The thread is fed through one queue and wakes the loop once per batch it commits; the
 writer connection keeps a busy timeout of 0 while the loop uses it and the configured one
 while the thread does.
@@ -97,6 +109,8 @@ _SLOW_FORGOTTEN_S = 60.0
 # Larger batches go to the writer thread: their SQLite work would hold the loop for more
 # than a few milliseconds, and the hand-off is a small share of it.
 _LOOP_BATCH_MAX = 64
+# A commit waits a turn of the loop for more writes only while fewer are waiting.
+_GATHER_BELOW = _LOOP_BATCH_MAX // 2
 # How long a checkpoint's last step (RESTART, or TRUNCATE to empty the WAL) may wait for the
 # write lock, then for readers to leave the WAL, while holding writers up.
 _LAST_STEP_WAIT_MS = 50
@@ -299,6 +313,8 @@ class GroupCommit:
         self._commits = 0
         self._checkpoint_at = checkpoint_bytes
         self._checkpointing = 0  # checkpoints queued or running
+        self._last_batch = 0  # writes the last commit carried
+        self._waited = False  # the commit due now has waited its turn (_wait_a_turn)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on the writer thread, after whatever is already queued there."""
@@ -366,6 +382,11 @@ class GroupCommit:
     def _flush(self) -> None:
         """Commit the next batch, here or on the writer thread."""
         self._scheduled = False
+        if self._pending and not self._in_flight and self._wait_a_turn():
+            self._scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+            return
         if self._pending and not self._in_flight:
             batch = self._pending[: self.max_batch]
             del self._pending[: self.max_batch]
@@ -383,6 +404,18 @@ class GroupCommit:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
+
+    def _wait_a_turn(self) -> bool:
+        """Whether the commit due now waits one more turn of the loop for more writes:
+        once, when the last commit carried more than one write (writers are concurrent, so
+        more are on their way) and fewer than ``_GATHER_BELOW`` are waiting."""
+        if self._waited:
+            self._waited = False
+            return False
+        if self._last_batch > 1 and len(self._pending) < _GATHER_BELOW:
+            self._waited = True
+            return True
+        return False
 
     def _may_commit_here(self, batch: list[_Op]) -> bool:
         if not self.commit_on_loop:
@@ -461,6 +494,7 @@ class GroupCommit:
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
         self._answer(batch)
+        self._last_batch = len(batch)
         self._commits += 1
         if self._commits % _WAL_LOOK_EVERY == 0 and not self._checkpointing:
             self._look_at_wal()
