@@ -257,6 +257,19 @@ def test_search_doc_states_which_entries_are_counted_after_their_put() -> None:
     assert f"the token count of an entry of up to {COUNT_LATER_MAX_CHARS:,} characters" in page
 
 
+def test_search_doc_states_how_many_rows_each_backend_indexes_a_transaction() -> None:
+    """docs/search.md gives the keyword indexers' transaction sizes."""
+    from pathlib import Path
+
+    from openwop_memory.storage.postgresql.keywords import BATCH as POSTGRESQL_BATCH
+    from openwop_memory.storage.sqlite.keywords import BATCH as SQLITE_BATCH
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
+    page = " ".join(page.split())
+    assert f"indexes committed rows after it, {SQLITE_BATCH} a transaction," in page
+    assert f"fills it in after the commit, {POSTGRESQL_BATCH} rows a transaction," in page
+
+
 @pytest.mark.parametrize(
     ("cpus", "rows", "fills"), [(2, 9000, True), (4, 9000, False), (2, 100, False)]
 )
