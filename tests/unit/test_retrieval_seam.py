@@ -103,21 +103,41 @@ def test_the_embedding_model_setting_defaults_to_the_light_model_and_refuses_oth
 
 
 def test_similarities_of_int8_rows_are_those_of_their_float32_copy() -> None:
-    """The vector cache keeps the stored int8 rows and widens them a block at a time: the
-    same cosines to the bit as one float32 product, across blocks, any length."""
+    """The vector cache keeps the stored int8 rows and multiplies them as they are: the
+    same cosines to the bit as one float32 product, any length (SIMD tails included),
+    at int8's extremes, and on every kernel SimSIMD has for this CPU (the plain C one
+    included), so a replay on another machine ranks alike."""
+    import simsimd
     from openwop_memory.retrieval.encoders.wordllama import norms_of, similarities
 
     rng = np.random.default_rng(7)
-    for rows, dimensions in ((5000, 384), (3, 64), (0, 64)):
-        stored = rng.integers(-127, 128, size=(rows, dimensions), dtype=np.int8)
-        query = rng.integers(-127, 128, size=dimensions).astype(np.float32)
-        wide = stored.astype(np.float32)
-        exact = np.sqrt((stored.astype(np.int64) ** 2).sum(axis=1).astype(np.float64))
-        assert np.array_equal(norms_of(stored), np.where(exact == 0, 1.0, exact))
-        assert np.array_equal(norms_of(stored), norms_of(wide))
-        assert np.array_equal(
-            similarities(stored, norms_of(stored), query), similarities(wide, norms_of(wide), query)
-        )
+    cases = [(5000, 384), (3, 64), (0, 64), (257, 383), (9, 1), (40, 17)]
+    matrices = [rng.integers(-127, 128, size=shape, dtype=np.int8) for shape in cases]
+    matrices.append(np.full((4, 384), 127, dtype=np.int8))  # the largest dot products
+    matrices.append(np.full((4, 384), -127, dtype=np.int8))
+    matrices.append(rng.integers(-127, 128, size=(100, 64), dtype=np.int8)[::3])  # strided
+    kernels = [k for k, on in simsimd.get_capabilities().items() if on and k != "serial"]
+    try:
+        for kernel in [None, *kernels]:  # None: every kernel off, the plain C one
+            if kernel is None:
+                for k in kernels:
+                    simsimd.disable_capability(k)
+            else:
+                simsimd.enable_capability(kernel)
+            for stored in matrices:
+                dimensions = stored.shape[1]
+                extreme = len(stored) > 0 and stored[0, 0] == 127
+                drawn = np.full(dimensions, 127) if extreme else rng.integers(-127, 128, dimensions)
+                query = np.asarray(drawn, dtype=np.float32)
+                wide = stored.astype(np.float32)
+                exact = np.sqrt((stored.astype(np.int64) ** 2).sum(axis=1).astype(np.float64))
+                assert np.array_equal(norms_of(stored), np.where(exact == 0, 1.0, exact))
+                assert np.array_equal(norms_of(stored), norms_of(wide))
+                found = similarities(stored, norms_of(stored), query)
+                assert np.array_equal(found, similarities(wide, norms_of(wide), query)), kernel
+    finally:
+        for k in kernels:
+            simsimd.enable_capability(k)
 
 
 @pytest.mark.anyio

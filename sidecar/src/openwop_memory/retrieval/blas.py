@@ -1,13 +1,13 @@
 """numpy's BLAS on one thread: search runs its products on threads of its own.
 
-The product search runs most is a matrix-vector product of 2,048-row blocks (a scope's
-vectors against a query's). OpenBLAS's own threads cost more than they save there: on
-this project's 2-core machine, 100,000 rows of 384 took 9.9 ms with its two threads and
-6.5 ms with one, and all-MiniLM-L6-v2's forward pass took as long on one as on two. Its
-threads would also take the cores from the event loop while they spin. So the vector
-cache scores a big scope in parts on worker threads of its own
-(:func:`~openwop_memory.retrieval.nearest.VectorCache.nearest`), and BLAS runs each
-product on the thread that asked for it.
+OpenBLAS's own threads cost more than they save on the products search runs: on this
+project's 2-core machine, a scope's product (100,000 rows of 384, when it was widened to
+float32 for BLAS) took 9.9 ms with its two threads and 6.5 ms with one, and
+all-MiniLM-L6-v2's forward pass took as long on one as on two. Its threads would also take
+the cores from the event loop while they spin. So BLAS runs each product on the thread
+that asked for it, and the vector cache decides which threads score a scope
+(:func:`~openwop_memory.retrieval.nearest.VectorCache.nearest`; its int8 product is
+SimSIMD's, not BLAS's).
 
 The encoders used to set ``OPENBLAS_NUM_THREADS`` when imported, which OpenBLAS reads only
 when numpy first loads it: whenever the vector cache's module imported numpy first, the

@@ -180,10 +180,9 @@ def query_vector(vector: bytes) -> npt.NDArray[np.float32]:
     return np.frombuffer(vector, dtype=np.int8)[:RANK_DIMENSIONS].astype(np.float32)
 
 
-# Rows of an int8 matrix widened to float32 at a time by :func:`similarities`: a block of
-# 2,048 rows of 384 dimensions (3 MiB) stays in cache, so a scope's int8 matrix is read
-# once, at a quarter of the bytes a float32 copy of it would take. On 100,000 rows of 384
-# this is 1.8 times faster than one float32 product; of 64, about as fast.
+# Rows of an int8 matrix widened to float32 at a time by :func:`norms_of`: a block of
+# 2,048 rows of 384 dimensions (3 MiB) stays in cache, where a scope's whole matrix widened
+# at once would take four times its bytes.
 _BLOCK_ROWS = 2048
 
 
@@ -206,17 +205,29 @@ def similarities(
 ) -> npt.NDArray[np.float64]:
     """Each row's cosine with ``query`` times ``|query|`` (a constant for one query, so the
     order is the cosine's): ``matrix`` holds stored vectors as int8 (or as float32
-    integers), ``query`` as float32 integers (see :func:`query_vector`), ``norms`` the rows'
-    lengths. Exact: see the module's docstring."""
+    integers), ``query`` as float32 integers of int8's range (see :func:`query_vector`),
+    ``norms`` the rows' lengths. Exact: see the module's docstring.
+
+    An int8 matrix is multiplied as it is stored, by SimSIMD's int8 dot product (the CPU's
+    integer SIMD instructions where it has them, integers summed in 32 bits): exact, so
+    the same on any CPU whichever kernel it picks. On this project's 2-core machine,
+    100,000 rows took 1.45 ms of 384 and 0.5 ms of 64, where widening them to float32 a
+    block at a time for numpy's BLAS took 6.2 and 1.1 ms.
+    """
     import numpy as np
 
+    if len(matrix) == 0:
+        return np.empty(0, np.float64)
     if matrix.dtype != np.int8:
-        dots = matrix @ query  # integers below 2**24: exact in float32
+        dots = (matrix @ query).astype(np.float64)  # integers below 2**24: exact in float32
     else:
-        dots = np.empty(len(matrix), np.float32)
-        for start, block in _widened(matrix):
-            np.dot(block, query, out=dots[start : start + len(block)])
-    result: npt.NDArray[np.float64] = dots.astype(np.float64) / norms
+        import simsimd
+
+        stored = np.ascontiguousarray(matrix)
+        asked = query.astype(np.int8).reshape(1, -1)
+        found = simsimd.cdist(asked, stored, metric="dot", dtype="int8")
+        dots = np.asarray(found, np.float64)[0]
+    result: npt.NDArray[np.float64] = dots / norms
     return result
 
 
