@@ -322,8 +322,9 @@ async def test_a_big_scope_ranks_exactly_as_brute_force(
     finds, in its order; also when only 40 vectors recur, so that equal scores straddle
     the parts and the answer's end (each part picks its own best first)."""
     monkeypatch.setattr(nearest, "_CPUS", parts)
-    monkeypatch.setattr(nearest, "_PART_ROWS", 2500)
-    assert len(nearest._parts(9000)) == parts
+    monkeypatch.setattr(nearest, "_PART_BYTES", 2500 * semantic.VECTOR_BYTES)
+    monkeypatch.setattr(nearest, "_INLINE_BYTES", 8192 * semantic.VECTOR_BYTES)
+    assert len(nearest._parts(9000, semantic.VECTOR_BYTES)) == parts
     rng = np.random.default_rng(9)
     vectors = rng.integers(-127, 128, size=(9000, semantic.VECTOR_BYTES), dtype=np.int8)
     vectors = vectors[rng.integers(0, distinct, size=9000)] if distinct < 9000 else vectors

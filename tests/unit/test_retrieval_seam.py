@@ -209,14 +209,39 @@ def test_protocol_doc_states_the_rankings_numbers() -> None:
     assert f"({light.context} for WordLlama, {strong.context} for `all-minilm-l6-v2`)" in page
 
 
-@pytest.mark.parametrize("rows", [0, 1, 32767, 32768, 65536, 65537, 100_000, 10**6])
-def test_a_scope_is_scored_in_parts_that_cover_its_rows_once(rows: int) -> None:
+@pytest.mark.parametrize("spread", ["random", "ties", "ascending", "descending"])
+def test_the_best_scores_of_a_part_are_those_a_full_sort_gives(spread: str) -> None:
+    """``_top`` and ``_kth_largest`` look for the best among scores above a bound read off
+    a sample first: the same values as a sort of all of them, with ties, sorted input
+    (where a sample's bound is furthest off) and sizes on both sides of the sampling."""
     from openwop_memory.retrieval import nearest
 
-    parts = nearest._parts(rows)
+    rng = np.random.default_rng(11)
+    for n in (1, 50, nearest._SAMPLE_FROM - 1, nearest._SAMPLE_FROM, 40_000, 100_000):
+        drawn = rng.random(n)
+        scores = {
+            "random": drawn,
+            "ties": rng.integers(0, 4, n).astype(np.float64),
+            "ascending": np.sort(drawn),
+            "descending": np.sort(drawn)[::-1].copy(),
+        }[spread]
+        best_first = np.sort(scores)[::-1]
+        for k in (1, 7, 187, 1000, n, n + 5):
+            wanted = best_first[: min(k, n)]
+            assert nearest._kth_largest(scores, k) == wanted[-1]
+            assert np.array_equal(np.sort(nearest._top(scores, k))[::-1], wanted)
+
+
+@pytest.mark.parametrize("dimensions", [64, 384])
+@pytest.mark.parametrize("rows", [0, 1, 32767, 131071, 262144, 262145, 10**6, 4 * 10**6])
+def test_a_scope_is_scored_in_parts_that_cover_its_rows_once(rows: int, dimensions: int) -> None:
+    from openwop_memory.retrieval import nearest
+
+    parts = nearest._parts(rows, dimensions)
     assert [i for part in parts for i in part] == list(range(rows))
     assert 1 <= len(parts) <= max(1, min(nearest._CPUS, 4))
-    assert len(parts) == 1 or min(len(p) for p in parts) >= nearest._PART_ROWS
+    smallest = min(len(p) for p in parts)
+    assert len(parts) == 1 or smallest * dimensions >= nearest._PART_BYTES
 
 
 def test_docs_search_states_when_a_scope_is_scored_in_parts() -> None:
@@ -226,8 +251,12 @@ def test_docs_search_states_when_a_scope_is_scored_in_parts() -> None:
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
     page = " ".join(page.split())
-    assert nearest._parts(2 * nearest._PART_ROWS - 1) == [range(2 * nearest._PART_ROWS - 1)]
-    assert f"A scope of {2 * nearest._PART_ROWS:,} entries or more is scored in parts" in page
+    both = 2 * nearest._PART_BYTES
+    assert nearest._parts(both // 384 - 1, 384) == [range(both // 384 - 1)]
+    assert len(nearest._parts(both // 384, 384)) == min(nearest._CPUS, 2)
+    assert f"A scope whose vectors take {both >> 20} MiB or more ({both // 384:,} entries" in page
+    inline = nearest._INLINE_BYTES
+    assert f"A scope of up to {inline >> 20} MiB of vectors ({inline // 384:,} entries" in page
 
 
 def test_the_vector_cache_keeps_blas_to_one_thread() -> None:
@@ -305,8 +334,8 @@ async def test_the_keyword_statement_waits_only_for_a_product_that_fills_every_c
     from openwop_memory.storage.base import Scope
 
     monkeypatch.setattr(nearest, "_CPUS", cpus)
-    monkeypatch.setattr(nearest, "_PART_ROWS", 2500)
-    monkeypatch.setattr(nearest, "_INLINE_ROWS", 1000)
+    monkeypatch.setattr(nearest, "_PART_BYTES", 2500 * 8)
+    monkeypatch.setattr(nearest, "_INLINE_BYTES", 1000 * 8)
     scope = Scope("t", "s")
     rng = np.random.default_rng(3)
     vectors = rng.integers(-127, 128, size=(rows, 8), dtype=np.int8)

@@ -15,8 +15,8 @@ them out under a lock held until commit): once the cache holds every row up to `
 row with a number at or below ``n`` can appear later.
 
 Memory: the matrix holds the stored int8 vectors as they are (the model's dimensions in
-bytes an entry, plus 25 for its number, expiry, length and liveness), widened to float32 a
-block at a time by :func:`~.encoders.wordllama.similarities`; scopes least recently
+bytes an entry, plus 25 for its number, expiry, length and liveness), multiplied as int8
+by :func:`~.encoders.wordllama.similarities`; scopes least recently
 searched are dropped when all cached scopes would exceed ``max_bytes``, or there would be
 more than ``max_scopes`` of them.
 """
@@ -51,12 +51,18 @@ def row_bytes(dimensions: int) -> int:
 
 
 _FIRST_CAPACITY = 1024
-# Up to this many cached rows a search scores on the event loop (about 0.1 ms here).
-_INLINE_ROWS = 8192
-# A scope's product is cut into parts of at least this many rows, scored on a worker
-# thread each: BLAS runs each product on the thread that asks (retrieval/blas.py), so the
-# parts are what puts the CPUs to work (100,000 rows of 384 on two: 3.3 ms, on one 6.5).
-_PART_ROWS = 32768
+# Up to this many bytes of cached vectors (8,192 rows of 384) a search scores on the event
+# loop, where the hand-off to a thread would cost more than the product.
+_INLINE_BYTES = 8192 * 384
+# Up to this many new rows are added to a scope's cache on the event loop.
+_INLINE_APPEND = 8192
+# A scope's product is cut into parts of at least this many bytes of vectors (131,072 rows
+# of 384), scored on a worker thread each, as many as there are CPUs. Below that one
+# thread scores it, and the search's keyword statement runs beside it on another CPU
+# rather than after it: 100,000 rows of 384 took 2.1 to 2.4 ms on one thread and 1.5 to
+# 1.7 on two, and the statement about 1.5 ms. A search on one CPU also leaves the others
+# to other clients' requests.
+_PART_BYTES = 48 << 20
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _A = TypeVar("_A", bound="np.ndarray[Any, Any]")
 _Found = tuple["npt.NDArray[np.intp]", "npt.NDArray[np.float64]"]
@@ -153,10 +159,11 @@ def _first_chunk(count: int) -> int:
     return count + count // 4
 
 
-def _parts(n: int) -> list[range]:
-    """The first ``n`` rows cut into as many consecutive parts as there are CPUs to score
-    them on at once (at most 4, and none shorter than :data:`_PART_ROWS`)."""
-    count = max(1, min(_CPUS, 4, n // _PART_ROWS))
+def _parts(n: int, dimensions: int) -> list[range]:
+    """The first ``n`` rows (of ``dimensions`` bytes each) cut into as many consecutive
+    parts as there are CPUs to score them on at once (at most 4, and none of fewer than
+    :data:`_PART_BYTES`)."""
+    count = max(1, min(_CPUS, 4, n * dimensions // _PART_BYTES))
     bounds = [n * i // count for i in range(count + 1)]
     return [range(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
@@ -192,18 +199,41 @@ def _shown(
     return positions, i
 
 
+# A partition of a whole part's scores cost 0.4 ms a 100,000 here: with more than this
+# many scores a k-th largest is sought among a few read off every _SAMPLE_EVERY-th first.
+_SAMPLE_EVERY = 16
+_SAMPLE_FROM = 16384
+
+
+def _contenders(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.float64]:
+    """Scores among ``scores`` that hold its ``k`` largest (``0 < k < len(scores)``): those
+    at or above a bound read from every :data:`_SAMPLE_EVERY`-th score, about ``2k`` of
+    them, where that bound leaves at least ``k``; otherwise all of them."""
+    if len(scores) < _SAMPLE_FROM:
+        return scores
+    sample = scores[::_SAMPLE_EVERY]
+    j = min(len(sample), 2 * (k // _SAMPLE_EVERY) + 8)
+    bound = np.partition(sample, len(sample) - j)[len(sample) - j]
+    above: npt.NDArray[np.float64] = scores[scores >= bound]
+    return above if len(above) >= k else scores
+
+
 def _top(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.float64]:
     """The ``k`` largest of ``scores`` (all of them if fewer), in no order."""
     if k >= len(scores):
         return scores
-    top: npt.NDArray[np.float64] = np.partition(scores, len(scores) - k)[len(scores) - k :]
+    held = _contenders(scores, k)
+    top: npt.NDArray[np.float64] = np.partition(held, len(held) - k)[len(held) - k :]
     return top
 
 
 def _kth_largest(scores: npt.NDArray[np.float64], k: int) -> float:
     """The ``k``-th largest of ``scores`` (the smallest if there are fewer; 0 if none)."""
     k = min(k, len(scores))
-    return float(np.partition(scores, len(scores) - k)[len(scores) - k]) if k else 0.0
+    if not k:
+        return 0.0
+    held = _contenders(scores, k) if k < len(scores) else scores
+    return float(np.partition(held, len(held) - k)[len(held) - k])
 
 
 async def _scored_apart(parts: list[Callable[[], _Found]], k: int) -> tuple[_Found, float]:
@@ -282,9 +312,10 @@ class VectorCache:
                 # the GIL), in parts on as many threads as there are CPUs, while a small one
                 # costs less than the hand-off.
                 first = _first_chunk(count)
-                if n > _INLINE_ROWS:
+                if n * cached.dimensions > _INLINE_BYTES:
+                    parts = _parts(n, cached.dimensions)
                     (where, scores), threshold = await _scored_apart(
-                        [partial(score, rows=part, query=query, floor=floor) for part in _parts(n)],
+                        [partial(score, rows=part, query=query, floor=floor) for part in parts],
                         first,
                     )
                 else:
@@ -305,7 +336,8 @@ class VectorCache:
         cached = self._scopes.get(scope)
         if cached is None or cached.dimensions != dimensions:
             return False
-        return cached.size > _INLINE_ROWS and len(_parts(cached.size)) >= _CPUS
+        size = cached.size * dimensions
+        return size > _INLINE_BYTES and len(_parts(cached.size, dimensions)) >= _CPUS
 
     async def refresh(
         self, scope: Scope, dimensions: int, *, load_after: LoadAfter, embed: Embed | None = None
@@ -336,7 +368,7 @@ class VectorCache:
         vectors computed where the indexer has not stored them yet (the ranking is the same
         whether it has or not). Its lock is held."""
         rows = await _filled(await load_after(cached.loaded_seq), embed)
-        if len(rows) > _INLINE_ROWS:  # a first search of a big scope: 100k rows ~0.1 s
+        if len(rows) > _INLINE_APPEND:  # a first search of a big scope: 100k rows ~0.1 s
             await anyio.to_thread.run_sync(cached.append, rows)
             self._evict()
         elif rows:
