@@ -56,11 +56,13 @@ def with_context(
         link(seq, before)
         link(seq, after)
     result: dict[int, float] = {}
+    scale = 1 + weight
     for seq, own in scores.items():
         if own <= 0:
             continue
-        best = max(_known(scores, linked.get(seq, ())), default=0.0)
-        result[seq] = round((own + weight * best) / (1 + weight), 9)
+        around = linked.get(seq)
+        best = max(_known(scores, around), default=0.0) if around else 0.0
+        result[seq] = round((own + weight * best) / scale, 9)
     return result
 
 

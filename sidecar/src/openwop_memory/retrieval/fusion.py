@@ -60,22 +60,22 @@ def fuse(
     Deterministic: the same lists give the same scores and order (sums of two terms, each
     computed the same way every time).
     """
-    usual = weights.floor
-    rises = {seq: cosine - usual for seq, cosine in meaning if cosine > usual}
-    best_rise = max(rises.values(), default=0.0)
-    cosines = dict(meaning)
-    scores: dict[int, float] = {}
-    for seq, score in keyword:
-        if score > 0:
-            scores[seq] = (1 - weights.meaning) * score
-    for seq, rise in rises.items():
-        if seq not in scores and cosines[seq] < weights.related:
+    usual, w, related = weights.floor, weights.meaning, weights.related
+    above = {seq: cosine for seq, cosine in meaning if cosine > usual}
+    best_rise = max(above.values(), default=usual) - usual
+    scores = {seq: (1 - w) * score for seq, score in keyword if score > 0}
+    for seq, cosine in above.items():
+        rise = cosine - usual
+        own = scores.get(seq)
+        if own is None and cosine < related:
             continue
         closeness = rise / best_rise if best_rise > 0 else 0.0
-        scores[seq] = scores.get(seq, 0.0) + weights.meaning * closeness
-    ranked = [(seq, round(score, 9)) for seq, score in scores.items() if score > 0]
-    ranked.sort(key=lambda item: (-item[1], -item[0]))
-    return ranked
+        scores[seq] = (0.0 if own is None else own) + w * closeness
+    # Sorted as (score, seq) pairs, largest first: the order the contract states, without
+    # a key function (a search fuses twice, a few hundred entries each).
+    ranked = sorted([(round(score, 9), seq) for seq, score in scores.items() if score > 0])
+    ranked.reverse()
+    return [(seq, score) for score, seq in ranked]
 
 
 def keyword_ceiling(total: int, counts: Sequence[int], terms: int) -> float:

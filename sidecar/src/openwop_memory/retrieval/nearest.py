@@ -391,7 +391,7 @@ class VectorCache:
         query = np.frombuffer(vector, dtype=np.int8).astype(np.float32)
         values = similarities(cached.matrix[rows], cached.norms[rows], query)
         values /= float(np.sqrt(float(np.dot(query, query))))
-        return {int(s): float(v) for s, v in zip(wanted[held], values, strict=True)}
+        return dict(zip(wanted[held].tolist(), values.tolist(), strict=True))
 
     async def adjacent(
         self,
@@ -417,7 +417,7 @@ class VectorCache:
             return {}
         n = cached.size
         held = cached.seqs[:n]
-        at = {s: int(p) for s, p in zip(seqs, np.searchsorted(held, seqs), strict=True)}
+        at = dict(zip(seqs, np.searchsorted(held, seqs).tolist(), strict=True))
         # (seq, direction) -> the next position of the cache to examine on that side. The
         # rows are walked from the entry outwards, not masked as a whole: a few a side.
         sides = {(s, d): p + d for s, p in at.items() if p < n and held[p] == s for d in (-1, 1)}
@@ -466,14 +466,13 @@ class VectorCache:
             examined += len(band)
             above = threshold
             chunk *= 2
-            seqs = [int(s) for s in cached.seqs[where[band]]]
+            seqs: list[int] = cached.seqs[where[band]].tolist()
             passing, present = await check(seqs)
             gone = [where[i] for i, s in zip(band, seqs, strict=True) if s not in present]
             if gone:
                 cached.alive[gone] = False
-            kept.extend(
-                (s, float(scores[i])) for i, s in zip(band, seqs, strict=True) if s in passing
-            )
+            banded: list[float] = scores[band].tolist()
+            kept.extend((s, c) for s, c in zip(seqs, banded, strict=True) if s in passing)
         return kept[:count]
 
     def _evict(self) -> None:
