@@ -308,9 +308,9 @@ class VectorCache:
                     return []
                 query = np.frombuffer(vector, dtype=np.int8).astype(np.float32)
                 score = partial(_candidates, cached, snapshot_seq=snapshot_seq, now_us=now_us)
-                # A big scope's product is milliseconds: off the event loop (numpy lets go of
-                # the GIL), in parts on as many threads as there are CPUs, while a small one
-                # costs less than the hand-off.
+                # A big scope's product is milliseconds: off the event loop (SimSIMD and
+                # numpy let go of the GIL), on one thread or, past _PART_BYTES, in parts on
+                # as many as there are CPUs; a small one costs less than the hand-off.
                 first = _first_chunk(count)
                 if n * cached.dimensions > _INLINE_BYTES:
                     parts = _parts(n, cached.dimensions)
