@@ -20,8 +20,9 @@ whose words are separated by single spaces this is exactly WordLlama's embedding
 **Vectors** are stored as :data:`VECTOR_BYTES` signed bytes: the unit vector scaled so
 that its largest component is 127, then rounded. Similarity is the cosine of two such
 vectors, computed from integers so that it is exact: each product is at most 127², so a
-dot product of 64 (or even 256) of them stays below 2²⁴ and float32 arithmetic (what the
-matrix multiply uses) holds it exactly in any order of summation. The same query and the
+dot product of 64 (or even 384) of them stays below 2²⁴. The stored int8 rows are summed in
+32-bit integers (:func:`similarities`), and float32 arithmetic, where a float32 copy is
+multiplied, holds such a sum exactly in any order of summation. The same query and the
 same vectors therefore give the same scores, on any machine and after any restart.
 """
 
