@@ -22,7 +22,8 @@ runs it alone.
   and the shares of the full-text index and of the vectors.
 - **Recall@10** (and the hybrid's @5) on the labelled set ``bench/data/relevance_set.json``
   (106 entries, 34 queries with their relevant entries; the first 20 share no word with
-  what they look for): keyword-only, meaning-only and hybrid.
+  what they look for): keyword-only, meaning-only and hybrid. And how many of its 20
+  unrelated queries (nothing relevant, no word shared) a hybrid search answers with nothing.
 - **The stronger model** (all-MiniLM-L6-v2, where installed): the labelled set's recall@5,
   a new query's embedding CPU, and list(100) on a scope of as many entries (vectors of 256
   of its texts, each copy moved by noise) with the query's vector kept, as the service
@@ -59,7 +60,7 @@ from openwop_memory.retrieval.nearest import row_bytes
 from openwop_memory.retrieval.search import Search
 from openwop_memory.retrieval.text import query_terms
 from openwop_memory.retrieval.time_cues import asks_when
-from openwop_memory.storage.base import PutRequest, Scope, Snapshot
+from openwop_memory.storage.base import EntryRow, PutRequest, Scope, Snapshot
 from openwop_memory.storage.sqlite.backend import SqliteStorage
 from openwop_memory.timefmt import now_us
 
@@ -292,7 +293,9 @@ async def recall(
     """Recall@10 and @5 of each ranking over the labelled set (mean over queries of the
     share of each query's relevant entries in its first 10, or 5), vectors by ``embed`` and
     fused with ``weights``: keys ``keyword``, ``semantic``, ``hybrid``, the same over the
-    paraphrase queries alone (``...-paraphrase``), and each with ``@5`` after it."""
+    paraphrase queries alone (``...-paraphrase``), and each with ``@5`` after it; and
+    ``unrelated-empty``, the share of the set's unrelated queries a hybrid search answers
+    with nothing."""
     data = json.loads(LABELLED.read_text())
     store = SqliteStorage(str(directory / f"{name}.db"))
     await store.open()
@@ -306,25 +309,32 @@ async def recall(
         snapshot = await _snapshot(store, name)
         searcher = Search(store)
         shares: dict[str, list[float]] = {}
+
+        async def searched(query: str, mode: str) -> list[EntryRow]:
+            return await searcher.search(
+                scope=SCOPE,
+                snapshot=snapshot,
+                now_us=now_us(),
+                terms=[] if mode == "semantic" else query_terms(query),
+                limit=10,
+                tag=None,
+                vector=None if mode == "keyword" else embed(query),
+                weights=weights,
+                when=asks_when(query),
+            )
+
         for q in data["queries"]:
             for mode in ("keyword", "semantic", "hybrid"):
-                rows = await searcher.search(
-                    scope=SCOPE,
-                    snapshot=snapshot,
-                    now_us=now_us(),
-                    terms=[] if mode == "semantic" else query_terms(q["query"]),
-                    limit=10,
-                    tag=None,
-                    vector=None if mode == "keyword" else embed(q["query"]),
-                    weights=weights,
-                    when=asks_when(q["query"]),
-                )
+                rows = await searched(q["query"], mode)
                 found = [names[r.id] for r in rows]
                 for suffix, first in (("", found), ("@5", found[:5])):
                     share = len(set(first) & set(q["relevant"])) / len(q["relevant"])
                     shares.setdefault(mode + suffix, []).append(share)
                     if q["paraphrase"]:
                         shares.setdefault(f"{mode}-paraphrase{suffix}", []).append(share)
+        for query in data["unrelated"]:
+            rows = await searched(query, "hybrid")
+            shares.setdefault("unrelated-empty", []).append(0.0 if rows else 1.0)
     finally:
         await store.close()
     return {mode: sum(values) / len(values) for mode, values in shares.items()}
@@ -357,7 +367,12 @@ async def _strong(config: RelevanceBenchConfig, directory: Path) -> list[Metric]
             scores["hybrid-paraphrase@5"],
             "ratio",
             Target(">=", 0.75),
-        )
+        ),
+        Metric(
+            "unrelated queries answered empty, hybrid, all-minilm-l6-v2",
+            scores["unrelated-empty"],
+            "ratio",
+        ),
     ]
     words, weights_ = _vocabulary()
     rng = random.Random(13)
@@ -479,6 +494,9 @@ async def run(config: RelevanceBenchConfig, directory: Path) -> SuiteResult:
     metrics.append(Metric("recall@5, labelled set, hybrid", scores["hybrid@5"], "ratio"))
     metrics.append(
         Metric("recall@5, paraphrase queries, hybrid", scores["hybrid-paraphrase@5"], "ratio")
+    )
+    metrics.append(
+        Metric("unrelated queries answered empty, hybrid", scores["unrelated-empty"], "ratio")
     )
     metrics += await _strong(config, directory)
     return SuiteResult(metrics=metrics)

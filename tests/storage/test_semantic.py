@@ -228,6 +228,53 @@ async def test_meaning_finds_what_keywords_cannot(store: Storage) -> None:
 
 @pytest.mark.backend_independent
 @pytest.mark.anyio
+async def test_a_question_about_nothing_stored_finds_nothing(store: Storage) -> None:
+    # The light model puts each of these questions between 0.2 and 0.3 of one of the
+    # entries (none shares a word with them): unrelated, though above the 0.2 that used to
+    # be enough for an entry matching no word.
+    contents = [
+        PEANUTS,
+        CELLO,
+        DEPLOY,
+        "The user's dog is a golden retriever named Biscuit.",
+        "The user's laptop budget is 1500 dollars.",
+    ]
+    for content in contents:
+        await stored(store, request(A, content))
+    snap = await fresh_snapshot(store, "tenant-a")
+    unrelated = [
+        "how tall is mount everest",
+        "what colour is a flamingo",
+        "explain quantum entanglement",
+        "the rules of ice hockey",
+        "the weather tomorrow",
+        "how many moons does jupiter have",
+    ]
+    for question in unrelated:
+        assert await searched(store, snap, question) == [], question
+    # What is stored is still found by meaning alone.
+    assert await searched(store, snap, "which pet do they have") == [contents[3]]
+    assert (await searched(store, snap, "musical instrument hobby"))[0] == CELLO
+
+
+@pytest.mark.anyio
+async def test_the_labelled_sets_unrelated_questions_share_no_word_with_it(
+    store: Storage,
+) -> None:
+    # What the bench's "unrelated queries answered empty" rows rest on: a keyword index
+    # finds nothing for them, so an entry they bring back came by meaning alone.
+    data = labelled()
+    for entry in data["entries"]:
+        await stored(store, request(A, entry["content"], vector=False))
+    snap = await fresh_snapshot(store, "tenant-a")
+    for question in data["unrelated"]:
+        assert await searched(store, snap, question, meaning=False) == [], question
+    page = (ROOT / "docs" / "search.md").read_text()
+    assert f"of its {len(data['unrelated'])} unrelated questions" in page
+
+
+@pytest.mark.backend_independent
+@pytest.mark.anyio
 async def test_an_entry_without_a_vector_still_ranks_by_keywords(store: Storage) -> None:
     old = "orchestra rehearsal moved to the big hall"
     await stored(store, request(A, old, vector=False))
