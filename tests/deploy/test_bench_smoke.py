@@ -169,6 +169,7 @@ RELEVANCE = [
     "recall@10, paraphrase queries, hybrid",
     "recall@10, paraphrase queries, keyword",
     "recall@10, paraphrase queries, semantic",
+    "unrelated queries answered empty, hybrid",
 ]
 # Correctness rows, not speed: these must pass on any machine.
 MUST_PASS = ["sidecar exit code after SIGTERM", "error or wrong answers", "sidecar error log lines"]
@@ -274,9 +275,12 @@ def test_quick_bench_prints_every_metric(monkeypatch: pytest.MonkeyPatch) -> Non
     assert results["entries loaded into one scope", "sqlite"]["value"] == ENTRIES
     assert results["entries loaded into one scope", "postgresql"]["value"] == ENTRIES
     assert results["relevance: entries in the scope searched", None]["value"] == 2000
-    # Meaning finds what keywords cannot: the paraphrase queries share no word.
+    # Meaning finds what keywords cannot: the paraphrase queries share no word (the light
+    # model finds about half of them).
     assert results["recall@10, paraphrase queries, keyword", None]["value"] == 0
-    assert results["recall@10, paraphrase queries, hybrid", None]["value"] > 0.5
+    assert results["recall@10, paraphrase queries, hybrid", None]["value"] > 0.4
+    # And a question about nothing stored comes back empty at least sometimes.
+    assert results["unrelated queries answered empty, hybrid", None]["value"] > 0.3
     # Every forced checkpoint ran while gets were being answered.
     assert results["gets during the forced checkpoints", "sqlite"]["value"] >= 2
 

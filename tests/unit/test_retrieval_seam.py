@@ -66,6 +66,16 @@ def test_coverage_is_the_share_of_the_query_terms_weight() -> None:
     assert coverage(ceiling, ceiling) == 1.0 and coverage(1.0, 0.0) == 0.0
 
 
+def test_fusion_scores_weak_meaning_against_the_near_cosine() -> None:
+    weights = Weights(meaning=0.3, floor=0.2, related=0.5, near=0.8)
+    # The nearest of weakly related entries is not fully near: 0.6 rises 0.4 of 0.6.
+    weak = dict(fuse([], [(1, 0.5), (2, 0.6)], weights=weights))
+    assert weak == {2: pytest.approx(0.3 * 0.4 / 0.6), 1: pytest.approx(0.3 * 0.3 / 0.6)}
+    # Beside a nearer entry, the best rise is that entry's.
+    near = dict(fuse([], [(2, 0.6), (3, 0.9)], weights=weights))
+    assert near == {3: pytest.approx(0.3), 2: pytest.approx(0.3 * 0.4 / 0.7)}
+
+
 def test_fusion_with_nothing_relevant_finds_nothing() -> None:
     assert fuse([], [(1, 0.45), (2, 0.3)], weights=WEIGHTS) == []
 
@@ -205,6 +215,7 @@ def test_protocol_doc_states_the_rankings_numbers() -> None:
     assert f"`min(max(limit, 20), {CONTEXT_LINKED})`" in page
     assert f"{light.meaning}, {light.floor} and {light.related} for the default WordLlama" in page
     assert f"{strong.meaning}, {strong.floor} and {strong.related} for `all-minilm-l6-v2`" in page
+    assert light.near == strong.near and f"`near` is {light.near} for both" in page
     assert f"{1 + SAYS_WHEN} times as much, every score then divided by {1 + SAYS_WHEN}" in page
     assert f"({light.context} for WordLlama, {strong.context} for `all-minilm-l6-v2`)" in page
 
