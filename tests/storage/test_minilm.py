@@ -7,6 +7,7 @@ its capabilities. Skipped where the model package is not installed (``make`` ins
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from openwop_memory.retrieval.encoders import (
+    DEFAULT_MODEL,
     STRONG_MODEL,
     Encoder,
     known_models,
@@ -168,6 +170,41 @@ def test_paraphrases_score_well_above_unrelated_pairs() -> None:
     for anchor, near, far in pairs:
         a, b, c = encoder().embed([anchor, near, far])
         assert cosine(a, b) > cosine(a, c) + 0.2, (anchor, cosine(a, b), cosine(a, c))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _nearest_recall(name: str) -> tuple[float, float]:
+    """Recall@10 on the labelled set by the model's stored vectors alone (cosine, first
+    ten): over every query, and over the paraphrase queries."""
+    data = json.loads((ROOT / "bench" / "data" / "relevance_set.json").read_text())
+    model = encoder() if name == STRONG_MODEL else load_encoder(name)
+    ids = [e["id"] for e in data["entries"]]
+    rows = model.embed([e["content"] for e in data["entries"]]).astype(np.float64)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    asked = model.embed([q["query"] for q in data["queries"]]).astype(np.float64)
+    asked /= np.linalg.norm(asked, axis=1, keepdims=True)
+    every: list[float] = []
+    paraphrases: list[float] = []
+    for q, vector in zip(data["queries"], asked, strict=True):
+        first = {ids[i] for i in np.argsort(-(rows @ vector), kind="stable")[:10]}
+        share = len(first & set(q["relevant"])) / len(q["relevant"])
+        every.append(share)
+        if q["paraphrase"]:
+            paraphrases.append(share)
+    return round(sum(every) / len(every), 3), round(sum(paraphrases) / len(paraphrases), 3)
+
+
+@pytest.mark.backend_independent
+def test_search_md_states_the_models_recall_by_meaning_alone() -> None:
+    page = " ".join((ROOT / "docs" / "search.md").read_text().split())
+    every, paraphrases = _nearest_recall(STRONG_MODEL)
+    light, _ = _nearest_recall(DEFAULT_MODEL)
+    assert (
+        f"nearest by meaning alone: {every} over all 34 queries, {paraphrases} over the 20 "
+        f"paraphrases; the light model's is {light})"
+    ) in page
 
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "minilm_reference.json"

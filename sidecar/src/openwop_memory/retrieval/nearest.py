@@ -57,8 +57,8 @@ _INLINE_BYTES = 8192 * 384
 # Up to this many new rows are added to a scope's cache on the event loop.
 _INLINE_APPEND = 8192
 # A scope's product is cut into parts of at least this many bytes of vectors (131,072 rows
-# of 384), scored on a worker thread each, as many as there are CPUs. Below that one
-# thread scores it, and the search's keyword statement runs beside it on another CPU
+# of 384), scored on a worker thread each, as many as there are CPUs. Below twice that
+# one thread scores it, and the search's keyword statement runs beside it on another CPU
 # rather than after it: 100,000 rows of 384 took 2.1 to 2.4 ms on one thread and 1.5 to
 # 1.7 on two, and the statement about 1.5 ms. A search on one CPU also leaves the others
 # to other clients' requests.
